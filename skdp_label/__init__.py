@@ -1,0 +1,7 @@
+"""skdp_label: scikit-learn tools for learning with label differential privacy."""
+
+from ._accountant import BudgetAccountant, BudgetExceededError
+
+__version__ = "0.1.0.dev0"
+
+__all__ = ["BudgetAccountant", "BudgetExceededError", "__version__"]

@@ -1,0 +1,1 @@
+"""Numba kernels: the hot loops of sampling and optimisation (private)."""

@@ -1,0 +1,33 @@
+"""Label mechanisms: scikit-learn transformers that randomize labels.
+
+Every mechanism is exported here and listed in ``__all__``; estimators
+select them by name through :func:`get_mechanism_class`.
+"""
+
+from ._base import BaseDiscreteMechanism, BaseLabelMechanism
+from ._prior import BasePriorMechanism
+from ._registry import get_mechanism_class, mechanism_names
+from .classic import (
+    DiscreteLaplace,
+    DiscreteStaircase,
+    ExponentialMechanism,
+    Gaussian,
+    Laplace,
+    RandomizedResponse,
+    Staircase,
+)
+
+__all__ = [
+    "RandomizedResponse",
+    "Laplace",
+    "DiscreteLaplace",
+    "Staircase",
+    "DiscreteStaircase",
+    "Gaussian",
+    "ExponentialMechanism",
+    "BaseLabelMechanism",
+    "BaseDiscreteMechanism",
+    "BasePriorMechanism",
+    "get_mechanism_class",
+    "mechanism_names",
+]

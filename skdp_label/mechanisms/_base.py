@@ -1,0 +1,224 @@
+"""Base classes shared by every label mechanism.
+
+A mechanism is a scikit-learn transformer of *labels*: ``fit(y)`` prepares
+it (validates the public inputs, and for mechanisms that estimate a prior,
+spends part of the budget on a noisy histogram), ``transform(y)`` returns
+randomized labels and charges the budget, ``inverse_transform`` is the
+identity so that a mechanism can serve as the ``transformer`` of
+``TransformedTargetRegressor(..., check_inverse=False)``.
+
+Privacy bookkeeping, done here once for all mechanisms:
+
+* ``epsilon`` is the total epsilon one label costs when it is fitted on and
+  randomized once (``fit_transform``).
+* Every call to ``transform`` is a new release with fresh noise and is
+  charged again (sequential composition): two noisy copies of a label are
+  never handed out for the price of one.
+* ``y`` may be 1-D or 2-D. Several columns are several labels of the same
+  individual, each randomized independently, so a release of ``c`` columns
+  costs ``c`` times the per-label epsilon.
+* Labels are validated, and the spend is checked against the accountant,
+  before anything is randomized.
+"""
+
+from abc import ABCMeta, abstractmethod
+from numbers import Real
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
+from sklearn.utils._param_validation import Interval
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._accountant import BudgetAccountant
+from ..utils._random import check_random_generator
+
+__all__ = ["BaseLabelMechanism", "BaseDiscreteMechanism"]
+
+
+class BaseLabelMechanism(TransformerMixin, BaseEstimator, metaclass=ABCMeta):
+    """Base class of label mechanisms (randomizers of private labels).
+
+    Subclasses implement :meth:`_fit_mechanism` (everything that depends
+    only on public inputs and, if any, on an accounted noisy statistic) and
+    :meth:`_randomize_column` (sampling). They may extend
+    :meth:`_check_label_values` to reject labels outside their declared
+    domain.
+    """
+
+    _parameter_constraints: dict = {
+        "epsilon": [Interval(Real, 0, None, closed="neither")],
+        "accountant": [BudgetAccountant, None],
+        "random_state": ["random_state", np.random.Generator],
+    }
+
+    #: numpy dtype the labels are converted to (None keeps their dtype).
+    _label_dtype = np.float64
+
+    @abstractmethod
+    def __init__(self, epsilon=1.0, *, accountant=None, random_state=None):
+        self.epsilon = epsilon
+        self.accountant = accountant
+        self.random_state = random_state
+
+    # -- hooks ------------------------------------------------------------
+    @abstractmethod
+    def _fit_mechanism(self, y):
+        """Compute the mechanism. ``y`` is the validated 2-D label array.
+
+        Only public inputs may be used, or noisy statistics of ``y`` whose
+        cost is charged with :meth:`_charge` first.
+        """
+
+    @abstractmethod
+    def _randomize_column(self, y, rng):
+        """Randomize one validated label column (1-D); return the outputs."""
+
+    def _check_label_values(self, y):
+        """Reject labels outside the declared domain (raise ValueError)."""
+
+    def _release_cost(self):
+        """(epsilon, delta) one label costs in ``transform``."""
+        return float(self.epsilon), 0.0
+
+    def _total_cost(self):
+        """(epsilon, delta) one label costs in ``fit`` + ``transform``."""
+        return float(self.epsilon), 0.0
+
+    # -- label validation -------------------------------------------------
+    def _validate_labels(self, y, *, reset):
+        """Return (labels as a 2-D array, whether the input was 1-D)."""
+        if y is None:
+            raise ValueError(f"{type(self).__name__} needs the labels y; got None.")
+        y_arr = np.asarray(y) if not hasattr(y, "iloc") else y
+        one_d = getattr(y_arr, "ndim", 2) == 1
+        if one_d:
+            y_arr = np.asarray(y_arr).reshape(-1, 1)
+        y2d = validate_data(
+            self,
+            y_arr,
+            reset=reset,
+            dtype=self._label_dtype,
+            ensure_all_finite=True,
+            ensure_min_samples=1,
+        )
+        self._check_label_values(y2d)
+        return y2d, one_d
+
+    # -- accounting -------------------------------------------------------
+    def _charge(self, epsilon, delta, *, n_labels, step):
+        """Check the budget and record a release, before any randomization."""
+        if self.accountant is not None:
+            self.accountant.spend(
+                epsilon,
+                delta,
+                n_labels=n_labels,
+                description=f"{type(self).__name__}: {step}",
+            )
+        self.epsilon_spent_ = getattr(self, "epsilon_spent_", 0.0) + epsilon
+        self.delta_spent_ = getattr(self, "delta_spent_", 0.0) + delta
+
+    # -- scikit-learn API ---------------------------------------------------
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, y, X=None):
+        """Prepare the mechanism for labels ``y``.
+
+        Parameters
+        ----------
+        y : array-like of shape (n_samples,) or (n_samples, n_columns)
+            Private labels. Mechanisms that estimate a prior spend part of
+            ``epsilon`` on a noisy histogram of them; the others only
+            validate them.
+        X : ignored
+            Features are public and unused by label mechanisms.
+
+        Returns
+        -------
+        self : object
+        """
+        y2d, _ = self._validate_labels(y, reset=True)
+        n_columns = y2d.shape[1]
+        if self.accountant is not None:
+            # Fail before spending anything if a full release cannot fit.
+            eps, delta = self._total_cost()
+            self.accountant.check(eps * n_columns, delta * n_columns)
+        self.epsilon_spent_ = 0.0
+        self.delta_spent_ = 0.0
+        self._rng = check_random_generator(self.random_state)
+        self._fit_mechanism(y2d)
+        return self
+
+    def transform(self, y):
+        """Randomize labels: a new release, charged to the budget.
+
+        Parameters
+        ----------
+        y : array-like of shape (n_samples,) or (n_samples, n_columns)
+            Private labels, with as many columns as in ``fit``.
+
+        Returns
+        -------
+        y_noisy : ndarray of the same shape as ``y``
+            Randomized labels; each call draws fresh noise and costs the
+            per-label epsilon again for every column.
+        """
+        check_is_fitted(self)
+        y2d, one_d = self._validate_labels(y, reset=False)
+        eps, delta = self._release_cost()
+        n_columns = y2d.shape[1]
+        self._charge(
+            eps * n_columns, delta * n_columns, n_labels=y2d.shape[0], step="randomized labels"
+        )
+        columns = [self._randomize_column(y2d[:, j], self._rng) for j in range(n_columns)]
+        out = np.column_stack(columns) if n_columns > 1 else columns[0].reshape(-1, 1)
+        return out.ravel() if one_d else out
+
+    def fit_transform(self, y, X=None):
+        """Fit on ``y`` and randomize it: one release costing ``epsilon``."""
+        return self.fit(y, X).transform(y)
+
+    def inverse_transform(self, y):
+        """Identity: randomized labels are used on the label scale as they are."""
+        check_is_fitted(self)
+        return np.asarray(y)
+
+    def get_feature_names_out(self, input_features=None):
+        from sklearn.utils.validation import _check_feature_names_in
+
+        return _check_feature_names_in(self, input_features)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = True
+        tags.input_tags.one_d_array = True
+        tags.requires_fit = True
+        return tags
+
+
+class BaseDiscreteMechanism(BaseLabelMechanism):
+    """Base class of mechanisms with a finite set of outputs.
+
+    After ``fit`` they expose ``input_values_``, ``output_values_`` and
+    ``transition_matrix_`` (rows: inputs, columns: outputs, rows sum to 1),
+    the exact distribution ``transform`` samples from. The default sampler
+    inverts each row's CDF with one uniform per label.
+    """
+
+    def _encode_labels(self, y):
+        """Row index in ``input_values_`` of each label (1-D)."""
+        codes = np.searchsorted(self.input_values_, y)
+        codes = np.clip(codes, 0, len(self.input_values_) - 1)
+        if np.any(self.input_values_[codes] != y):
+            raise ValueError("labels are not among the mechanism's input values.")
+        return codes
+
+    def _randomize_column(self, y, rng):
+        from .._kernels._sampling import categorical_rows
+
+        cdf = getattr(self, "_cdf", None)
+        if cdf is None:
+            cdf = np.cumsum(self.transition_matrix_, axis=1)
+            cdf[:, -1] = 1.0
+            self._cdf = cdf
+        codes = self._encode_labels(y)
+        picked = categorical_rows(codes, rng.random(codes.shape[0]), cdf)
+        return self.output_values_[picked]

@@ -1,0 +1,198 @@
+"""Mechanisms optimised for a prior over a finite public label domain.
+
+RR-on-Bins and the optimal unbiased randomizer both compute a mechanism
+from a prior over a finite label domain. The prior is either public
+(``prior=(values, probabilities)``, no budget spent) or estimated privately:
+a histogram of the labels over the *public* domain plus discrete Laplace
+noise of scale ``2 / epsilon_1`` (paper 000, Algorithm 4; a changed label
+moves one count out of one bin and into another, so the L1 sensitivity is
+2), the rest ``epsilon_2 = epsilon - epsilon_1`` randomizing the labels
+(000, Algorithm 3). This module holds that shared machinery.
+"""
+
+import math
+from abc import abstractmethod
+from numbers import Real
+
+import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from .._kernels._sampling import staircase_noise
+from ._base import BaseDiscreteMechanism
+from ._validation import check_bounds
+
+__all__ = [
+    "BasePriorMechanism",
+    "resolve_domain",
+    "split_epsilon",
+    "noisy_histogram",
+    "nearest_domain_index",
+]
+
+# 'auto' never gives the prior more than this share of the budget.
+_MAX_PRIOR_SHARE = 0.5
+
+
+def resolve_domain(domain=None, bounds=None, resolution=None):
+    """The finite public label domain, sorted, from the declared inputs.
+
+    ``domain`` lists the values explicitly; otherwise ``bounds=(lo, hi)``
+    with ``resolution`` gives the grid ``lo, lo + resolution, ..., hi``
+    (``hi`` included). ``resolution=None`` with bounds means a step of 1
+    (integer labels).
+    """
+    if domain is not None:
+        values = np.asarray(domain, dtype=np.float64).ravel()
+        if values.size < 1 or not np.all(np.isfinite(values)):
+            raise ValueError("domain must be a non-empty list of finite numbers.")
+        values = np.unique(values)
+        if bounds is not None:
+            lo, hi = check_bounds(bounds)
+            if values[0] < lo or values[-1] > hi:
+                raise ValueError("domain values lie outside the declared bounds.")
+        return values
+    lo, hi = check_bounds(
+        bounds, owner="A prior-based mechanism given neither domain nor prior"
+    )
+    step = 1.0 if resolution is None else float(resolution)
+    n_steps = math.floor((hi - lo) / step + 1e-9)
+    if n_steps + 1 > 10_000_000:
+        raise ValueError(f"bounds / resolution give {n_steps + 1} values; at most 10^7 are supported.")
+    values = lo + step * np.arange(n_steps + 1, dtype=np.float64)
+    if values[-1] < hi - 1e-9 * step:
+        values = np.append(values, hi)
+    return values
+
+
+def nearest_domain_index(values, y):
+    """Index of the domain value nearest to each label (ties go up).
+
+    Labels below or above the domain map to its end points: out-of-domain
+    labels are clipped into it, a per-label step that needs no budget.
+    """
+    idx = np.searchsorted(values, y)
+    idx = np.clip(idx, 1, len(values) - 1) if len(values) > 1 else np.zeros_like(idx)
+    if len(values) > 1:
+        left = values[idx - 1]
+        right = values[idx]
+        idx = np.where(y - left < right - y, idx - 1, idx)
+    return idx.astype(np.int64)
+
+
+def split_epsilon(epsilon, prior_epsilon, n_labels, domain_size):
+    """Budget for the prior (epsilon_1) and for the labels (epsilon_2).
+
+    ``'auto'`` follows 000 (Thm. 7): epsilon_1 = sqrt(|Y| / n), capped at
+    half of ``epsilon`` so that the labels keep at least half.
+    """
+    if prior_epsilon == "auto":
+        eps1 = min(math.sqrt(domain_size / n_labels), _MAX_PRIOR_SHARE * epsilon)
+    else:
+        eps1 = float(prior_epsilon)
+        if not 0 < eps1 < epsilon:
+            raise ValueError(
+                f"prior_epsilon must be in (0, epsilon={epsilon:g}) when the prior is "
+                f"estimated from the labels; got {prior_epsilon!r}."
+            )
+    return eps1, epsilon - eps1
+
+
+def noisy_histogram(codes, n_bins, epsilon, rng):
+    """epsilon-DP normalised histogram over a public domain (000, Alg. 4).
+
+    Counts get integer (discrete Laplace) noise of scale 2 / epsilon, so no
+    floating-point artifact exists to leak; negative counts become 0, and an
+    all-zero histogram (possible at tiny n) becomes uniform.
+    """
+    counts = np.bincount(codes, minlength=n_bins).astype(np.float64)
+    noise = staircase_noise(rng.random(n_bins), math.exp(-epsilon / 2.0), 1.0, 1.0)
+    noisy = np.maximum(counts + noise, 0.0)
+    total = noisy.sum()
+    if total <= 0:
+        return np.full(n_bins, 1.0 / n_bins)
+    return noisy / total
+
+
+class BasePriorMechanism(BaseDiscreteMechanism):
+    """Base of mechanisms computed from a prior over a finite label domain.
+
+    Subclasses implement :meth:`_build_mechanism`, which receives the prior
+    (values and probabilities, public or noisy) and the epsilon left for
+    randomizing labels, and sets ``output_values_`` and
+    ``transition_matrix_`` (plus any attributes of its own).
+
+    Fitted attributes set here: ``input_values_`` (the domain),
+    ``prior_`` (probabilities aligned with ``input_values_``),
+    ``prior_epsilon_`` (0 for a public prior), ``epsilon_spent_``.
+    """
+
+    _parameter_constraints = {
+        **BaseDiscreteMechanism._parameter_constraints,
+        "prior": [tuple, list, None],
+        "domain": ["array-like", None],
+        "bounds": [tuple, list, None],
+        "resolution": [Interval(Real, 0, None, closed="neither"), None],
+        "prior_epsilon": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
+    }
+
+    @abstractmethod
+    def _build_mechanism(self, prior_values, prior_probabilities, epsilon):
+        """Set ``output_values_`` and ``transition_matrix_`` for ``epsilon``."""
+
+    def _domain(self):
+        if self.prior is not None:
+            try:
+                values, probs = self.prior
+            except (TypeError, ValueError):
+                raise ValueError("prior must be a pair (values, probabilities).") from None
+            values = np.asarray(values, dtype=np.float64).ravel()
+            probs = np.asarray(probs, dtype=np.float64).ravel()
+            if values.shape != probs.shape or values.size == 0:
+                raise ValueError("prior values and probabilities must have the same length.")
+            if not (np.all(np.isfinite(values)) and np.all(np.isfinite(probs))):
+                raise ValueError("prior values and probabilities must be finite.")
+            if np.any(probs < 0) or probs.sum() <= 0:
+                raise ValueError("prior probabilities must be non-negative with a positive sum.")
+            if np.unique(values).size != values.size:
+                raise ValueError("prior values must be distinct.")
+            order = np.argsort(values)
+            return values[order], probs[order] / probs.sum()
+        return resolve_domain(self.domain, self.bounds, self.resolution), None
+
+    def _check_label_values(self, y):
+        # Labels outside the domain are clipped into it (documented); nothing
+        # to reject beyond NaN/inf, which validation already refuses.
+        pass
+
+    def _encode_labels(self, y):
+        return nearest_domain_index(self.input_values_, y)
+
+    def _total_cost(self):
+        return float(self.epsilon), 0.0
+
+    def _release_cost(self):
+        return float(self.epsilon) - self.prior_epsilon_, 0.0
+
+    def _fit_mechanism(self, y):
+        values, public_probs = self._domain()
+        self.input_values_ = values
+        if public_probs is not None:
+            self.prior_epsilon_ = 0.0
+            self.prior_ = public_probs
+            eps_labels = float(self.epsilon)
+        else:
+            eps1, eps_labels = split_epsilon(
+                float(self.epsilon), self.prior_epsilon, y.shape[0], values.size
+            )
+            self.prior_epsilon_ = eps1
+            n_columns = y.shape[1]
+            # Every column's histogram is a release of that column's labels.
+            self._charge(eps1 * n_columns, 0.0, n_labels=y.shape[0], step="noisy label histogram")
+            codes = self._encode_labels(y.ravel())
+            # Pooled over columns: one row changes at most n_columns labels, each
+            # costing eps1, which is what was charged above.
+            self.prior_ = noisy_histogram(codes, values.size, eps1, self._rng)
+        self._build_mechanism(values, self.prior_, eps_labels)
+        cdf = np.cumsum(self.transition_matrix_, axis=1)
+        cdf[:, -1] = 1.0
+        self._cdf = cdf

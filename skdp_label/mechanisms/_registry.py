@@ -1,0 +1,34 @@
+"""Mechanism names, so that estimators can select mechanisms by string."""
+
+_REGISTRY = {}
+
+
+def register_mechanism(*names, task):
+    """Class decorator: make a mechanism available under ``names``.
+
+    ``task`` is ``'regression'`` or ``'classification'``.
+    """
+
+    def decorate(cls):
+        for name in names:
+            if name in _REGISTRY and _REGISTRY[name][0] is not cls:
+                raise ValueError(f"mechanism name {name!r} is registered twice")
+            _REGISTRY[name] = (cls, task)
+        return cls
+
+    return decorate
+
+
+def mechanism_names(task=None):
+    """Registered names, for one task or all."""
+    return sorted(n for n, (_, t) in _REGISTRY.items() if task in (None, t))
+
+
+def get_mechanism_class(name, task=None):
+    """The mechanism class registered as ``name``."""
+    if name not in _REGISTRY or (task is not None and _REGISTRY[name][1] != task):
+        raise ValueError(
+            f"Unknown {task + ' ' if task else ''}mechanism {name!r}; "
+            f"choose one of {mechanism_names(task)}."
+        )
+    return _REGISTRY[name][0]

@@ -1,0 +1,86 @@
+"""k-ary randomized response (Warner 1965; 000 Def. 27)."""
+
+import math
+
+import numpy as np
+
+from ..._kernels._sampling import randomized_response_indices
+from .._base import BaseDiscreteMechanism
+from .._registry import register_mechanism
+from .._validation import check_classes, encode_classes
+
+__all__ = ["RandomizedResponse", "randomized_response_matrix"]
+
+
+def randomized_response_matrix(n_classes, epsilon):
+    """Transition matrix of k-ary RR: e^eps / (e^eps + k - 1) on the diagonal."""
+    # exp(-eps) form avoids overflow at large epsilon.
+    off = math.exp(-epsilon) / (1.0 + (n_classes - 1) * math.exp(-epsilon))
+    keep = 1.0 / (1.0 + (n_classes - 1) * math.exp(-epsilon))
+    matrix = np.full((n_classes, n_classes), off)
+    np.fill_diagonal(matrix, keep)
+    return matrix
+
+
+@register_mechanism("rr", "randomized-response", task="classification")
+class RandomizedResponse(BaseDiscreteMechanism):
+    """k-ary randomized response over declared classes.
+
+    Keeps the true class with probability e^eps / (e^eps + k - 1) and
+    otherwise outputs one of the other k - 1 classes uniformly.
+
+    Parameters
+    ----------
+    epsilon : float, default=1.0
+        Privacy cost of one label.
+    classes : array-like
+        The public list of classes (any sortable values, e.g. strings).
+        Required: it is never read off the labels.
+    accountant : BudgetAccountant, optional
+        Charged with every release.
+    random_state : None, int or numpy Generator
+        ``None`` seeds from OS entropy.
+
+    Attributes
+    ----------
+    input_values_, output_values_ : ndarray of shape (k,)
+        The sorted classes.
+    transition_matrix_ : ndarray of shape (k, k)
+        Exact output distribution for each input class.
+    epsilon_spent_ : float
+        Epsilon spent per label by this object so far.
+
+    Examples
+    --------
+    >>> from skdp_label.mechanisms import RandomizedResponse
+    >>> rr = RandomizedResponse(epsilon=2.0, classes=["cat", "dog", "eel"], random_state=0)
+    >>> rr.fit_transform(["cat", "dog", "dog", "eel"]).shape
+    (4,)
+    >>> round(rr.transition_matrix_[0, 0], 4)
+    0.787
+    """
+
+    _parameter_constraints = {
+        **BaseDiscreteMechanism._parameter_constraints,
+        "classes": ["array-like", None],
+    }
+    _label_dtype = None
+
+    def __init__(self, epsilon=1.0, *, classes=None, accountant=None, random_state=None):
+        super().__init__(epsilon, accountant=accountant, random_state=random_state)
+        self.classes = classes
+
+    def _check_label_values(self, y):
+        encode_classes(y.ravel(), check_classes(self.classes, owner=type(self).__name__))
+
+    def _fit_mechanism(self, y):
+        classes = check_classes(self.classes)
+        self.input_values_ = classes
+        self.output_values_ = classes
+        self.transition_matrix_ = randomized_response_matrix(classes.shape[0], float(self.epsilon))
+
+    def _randomize_column(self, y, rng):
+        codes = encode_classes(y, self.input_values_)
+        k = self.input_values_.shape[0]
+        out = randomized_response_indices(codes, rng.random(codes.shape[0]), k, self.transition_matrix_[0, 0])
+        return self.output_values_[out]
