@@ -6,7 +6,7 @@ select them by name through :func:`get_mechanism_class`.
 
 from ._base import BaseDiscreteMechanism, BaseLabelMechanism
 from ._prior import BasePriorMechanism
-from ._registry import get_mechanism_class, mechanism_names
+from ._registry import get_mechanism_class, make_mechanism, mechanism_names
 from .classic import (
     DiscreteLaplace,
     DiscreteStaircase,
@@ -29,5 +29,6 @@ __all__ = [
     "BaseDiscreteMechanism",
     "BasePriorMechanism",
     "get_mechanism_class",
+    "make_mechanism",
     "mechanism_names",
 ]

@@ -32,3 +32,19 @@ def get_mechanism_class(name, task=None):
             f"choose one of {mechanism_names(task)}."
         )
     return _REGISTRY[name][0]
+
+
+def make_mechanism(name, *, task=None, **params):
+    """Build the mechanism registered as ``name``.
+
+    ``params`` are the common public inputs (``epsilon``, ``bounds``,
+    ``domain``, ``classes``, ``accountant``, ``random_state`` ...); those the
+    mechanism's constructor does not take are dropped, so callers can pass
+    one set of inputs to any mechanism, except ``None`` values, which are
+    always droppable. Unknown names raise ``ValueError``.
+    """
+    import inspect
+
+    cls = get_mechanism_class(name, task)
+    accepted = inspect.signature(cls.__init__).parameters
+    return cls(**{k: v for k, v in params.items() if k in accepted})
