@@ -7,6 +7,7 @@ select them by name through :func:`get_mechanism_class`.
 from ._base import BaseDiscreteMechanism, BaseLabelMechanism
 from ._prior import BasePriorMechanism
 from ._registry import get_mechanism_class, make_mechanism, mechanism_names
+from .classification import RRTopK, RRWithPrior
 from .classic import (
     DiscreteLaplace,
     DiscreteStaircase,
@@ -19,6 +20,8 @@ from .classic import (
 
 __all__ = [
     "RandomizedResponse",
+    "RRTopK",
+    "RRWithPrior",
     "Laplace",
     "DiscreteLaplace",
     "Staircase",
