@@ -140,4 +140,5 @@ class BaseLabelDPEstimator(MetaEstimatorMixin, BaseEstimator):
         tags.input_tags.allow_nan = base.input_tags.allow_nan
         tags.input_tags.sparse = base.input_tags.sparse
         tags.input_tags.string = base.input_tags.string
+        tags.target_tags.multi_output = base.target_tags.multi_output
         return tags

@@ -4,6 +4,7 @@ and multi-stage training LP-MST (Ghazi et al. 2021, paper 004)."""
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.utils import _safe_indexing
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -221,6 +222,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         """
         # Everything that can fail is checked before any budget is spent.
         self._check_inputs_before_spending(X, y)
+        if sp.issparse(X):
+            X = X.tocsr()  # stages index rows
+        elif not hasattr(X, "iloc"):
+            X = np.asarray(X)
         y, classes, codes = self._validate_targets(y)
         self.classes_ = classes
         eps_prior = self._check_budget_split()
