@@ -2,6 +2,7 @@
 
 from ._classifier import LabelDPClassifier
 from ._regressor import LabelDPRegressor
+from ._tables import classification_table
 from ._scorers import (
     debiased_accuracy,
     debiased_accuracy_scorer,
@@ -18,4 +19,5 @@ __all__ = [
     "debiased_accuracy",
     "debiased_accuracy_scorer",
     "unbiased_square_estimator",
+    "classification_table",
 ]
