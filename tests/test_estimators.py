@@ -280,6 +280,11 @@ def test_classifier_sample_weight_per_stage(digits):
     clf.fit(X, y, sample_weight=np.ones(len(y)))
     assert [n for n, _ in seen] == clf.stage_train_sizes_
     assert all(n == m for n, m in seen)
+    seen.clear()
+    with config_context(enable_metadata_routing=True):
+        routed = LabelDPClassifier(Spy(C=0.1).set_fit_request(sample_weight=True), n_stages=2, random_state=0)
+        routed.fit(X, y, sample_weight=np.ones(len(y)))
+        assert [m for _, m in seen] == routed.stage_train_sizes_
 
 
 @pytest.mark.parametrize("n_jobs", [1, 2])

@@ -58,8 +58,9 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
     }
     _label_dtype = None
 
-    def _choose_k(self, priors):
-        """k for each row of ``priors`` (validated, shape (n, n_classes))."""
+    def _choose_k(self, priors, order=None):
+        """k for each row of ``priors`` (validated, shape (n, n_classes));
+        ``order`` is their :func:`top_k_order` if already known."""
         raise NotImplementedError
 
     def _classes(self):
@@ -143,8 +144,8 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
             raise ValueError("randomize takes a 1-D array of labels.")
         priors = self._check_priors(priors, y2d.shape[0])
         codes = self._encode_labels(y2d[:, 0])
-        ks = self._choose_k(priors)
         order = top_k_order(priors)
+        ks = self._choose_k(priors, order)
         eps, delta = self._release_cost()
         self._charge(eps, delta, n_labels=codes.shape[0], step="randomized labels (per-example priors)")
         picked = rr_top_k_indices(
@@ -195,7 +196,7 @@ class RRTopK(_BaseTopKMechanism):
         self.k = k
         self.prior = prior
 
-    def _choose_k(self, priors):
+    def _choose_k(self, priors, order=None):
         n_classes = priors.shape[1]
         if self.k is not None and self.k > n_classes:
             raise ValueError(f"k={self.k} exceeds the number of classes ({n_classes}).")
@@ -234,5 +235,5 @@ class RRWithPrior(_BaseTopKMechanism):
         self.classes = classes
         self.prior = prior
 
-    def _choose_k(self, priors):
-        return optimal_k(priors, float(self.epsilon))
+    def _choose_k(self, priors, order=None):
+        return optimal_k(priors, float(self.epsilon), order)

@@ -27,7 +27,7 @@ def top_k_order(priors):
     return np.argsort(-priors, axis=1, kind="stable")
 
 
-def optimal_k(priors, epsilon):
+def optimal_k(priors, epsilon, order=None):
     """The k of RRWithPrior for each row of ``priors`` (004, Lemma 1).
 
     Maximises (sum of the k largest masses) * e^eps / (e^eps + k - 1) over
@@ -38,6 +38,8 @@ def optimal_k(priors, epsilon):
     ----------
     priors : array-like of shape (n_samples, n_classes)
     epsilon : float
+    order : ndarray of shape (n_samples, n_classes), optional
+        :func:`top_k_order` of ``priors``, if already computed.
 
     Returns
     -------
@@ -50,7 +52,10 @@ def optimal_k(priors, epsilon):
     [1, 3]
     """
     priors = np.atleast_2d(np.asarray(priors, dtype=np.float64))
-    masses = -np.sort(-priors, axis=1)
+    if order is None:
+        masses = -np.sort(-priors, axis=1)
+    else:
+        masses = np.take_along_axis(priors, order, axis=1)
     top_sums = np.cumsum(masses, axis=1)
     ks = np.arange(1, priors.shape[1] + 1)
     value = top_sums * keep_probability(ks, epsilon)[None, :]
