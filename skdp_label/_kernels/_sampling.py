@@ -10,20 +10,23 @@ import numpy as np
 
 
 @numba.njit(cache=True, nogil=True)
-def _staircase_magnitude(v, log_b, b, width, r, p_zero, block_mass):
+def _staircase_magnitude(v, lam, one_minus_b, width, r, p_zero, block_mass):
     """Largest m >= 1 with P(Z <= -m) > v for the staircase distribution.
 
     ``p_zero`` is P(Z = 0); the one-sided weight of i = k*width + j is
-    b**k for j < r and b**(k+1) otherwise.
+    exp(-lam k) for j < r and exp(-lam (k+1)) otherwise.
     """
-    # Block: largest K with the tail from block K on, p0 * b^K * M / (1-b), above v.
-    x = v * (1.0 - b) / (p_zero * block_mass)
+    b = np.exp(-lam)
+    if v < 2.0**-54:
+        v = 2.0**-54  # u = 0 has probability 2**-53: treat it as the smallest step
+    # Block: largest k whose tail from the block start, p0 e^(-lam k) M / (1 - b), exceeds v.
+    x = v * one_minus_b / (p_zero * block_mass)
     if x >= 1.0:
-        k = 0
+        k = 0.0
     else:
-        k = int(np.floor(np.log(x) / log_b))
-    # Within block k: the remaining tail is a piecewise-linear function of j.
-    rest = v / (p_zero * b**k) - b * block_mass / (1.0 - b)
+        k = np.floor(-np.log(x) / lam)
+    # Within block k the remaining tail is piecewise linear in j.
+    rest = v * np.exp(lam * k) / p_zero - b * block_mass / one_minus_b
     upper = b * (width - r)
     if rest < upper:
         j = np.ceil(width - rest / b) - 1.0
@@ -40,18 +43,22 @@ def _staircase_magnitude(v, log_b, b, width, r, p_zero, block_mass):
 
 
 @numba.njit(cache=True, nogil=True)
-def staircase_noise(u, b, width, r):
+def staircase_noise(u, lam, width, r):
     """Symmetric discrete staircase noise by inversion, one uniform each.
 
-    P(Z = z) = p0 * w(|z|) with w(k*width + j) = b**k (j < r) or b**(k+1)
-    (r <= j < width); ``width = r = 1`` gives the discrete Laplace
-    distribution P(Z = z) proportional to b**|z|.
+    P(Z = z) = p0 * w(|z|) with w(k*width + j) = exp(-lam k) (j < r) or
+    exp(-lam (k+1)) (r <= j < width); ``width = r = 1`` gives the discrete
+    Laplace distribution P(Z = z) proportional to exp(-lam |z|).
+
+    The decay is passed as the rate ``lam``, not as b = exp(-lam): for the
+    fine grids of continuous mechanisms lam is ~1e-13 and b would lose most
+    of its precision (1 - b is computed with expm1).
 
     Parameters
     ----------
     u : ndarray of float64 in [0, 1)
-    b : float in (0, 1)
-        Decay per block, ``exp(-epsilon_per_block)``.
+    lam : float > 0
+        Privacy loss per block (epsilon per block).
     width, r : float
         Block width and length of the high step (integers stored as floats).
 
@@ -59,20 +66,19 @@ def staircase_noise(u, b, width, r):
     -------
     z : ndarray of float64 holding integers
     """
+    one_minus_b = -np.expm1(-lam)
+    b = np.exp(-lam)
     block_mass = r + b * (width - r)
-    p_zero = (1.0 - b) / (2.0 * block_mass - (1.0 - b))
+    p_zero = one_minus_b / (2.0 * block_mass - one_minus_b)
     p_neg = (1.0 - p_zero) / 2.0  # P(Z <= -1)
-    log_b = np.log(b)
     out = np.empty(u.shape[0], dtype=np.float64)
     for i in range(u.shape[0]):
         ui = u[i]
         if ui < p_neg:
-            out[i] = -_staircase_magnitude(ui, log_b, b, width, r, p_zero, block_mass)
+            out[i] = -_staircase_magnitude(ui, lam, one_minus_b, width, r, p_zero, block_mass)
         elif ui >= 1.0 - p_neg:
             v = 1.0 - ui
-            if v <= 0.0:
-                v = 1e-300
-            out[i] = _staircase_magnitude(v, log_b, b, width, r, p_zero, block_mass)
+            out[i] = _staircase_magnitude(v, lam, one_minus_b, width, r, p_zero, block_mass)
         else:
             out[i] = 0.0
     return out

@@ -132,12 +132,12 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
     """Additive mechanisms whose noise is a discrete staircase distribution."""
 
     def _staircase(self, sensitivity_units):
-        """(b, width, r) of the noise for a sensitivity in grid units."""
+        """(lam, width, r) of the noise for a sensitivity in grid units."""
         raise NotImplementedError
 
     def _noise_units(self, n, sensitivity_units, rng):
-        b, width, r = self._staircase(sensitivity_units)
-        return staircase_noise(rng.random(n), b, float(width), float(r))
+        lam, width, r = self._staircase(sensitivity_units)
+        return staircase_noise(rng.random(n), lam, float(width), float(r))
 
     # Exact distribution of the clipped integer mechanisms.
     @property
@@ -158,12 +158,12 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
         values = self.output_values_
         if values.size > 5000:
             raise ValueError(f"a transition matrix of {values.size}^2 entries is too large to build.")
-        b, width, r = self._staircase(self.sensitivity_units_)
+        lam, width, r = self._staircase(self.sensitivity_units_)
         ints = values.astype(np.int64)
-        matrix = staircase_pmf(ints[None, :] - ints[:, None], b, width, r)
+        matrix = staircase_pmf(ints[None, :] - ints[:, None], lam, width, r)
         # Clipping piles each tail onto an end point: P(Z <= lo - y), P(Z >= hi - y).
-        matrix[:, 0] = staircase_tail(ints - ints[0], b, width, r)
-        matrix[:, -1] = staircase_tail(ints[-1] - ints, b, width, r)
+        matrix[:, 0] = staircase_tail(ints - ints[0], lam, width, r)
+        matrix[:, -1] = staircase_tail(ints[-1] - ints, lam, width, r)
         return matrix
 
     def noise_pmf(self, z):
@@ -173,7 +173,7 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
 
 class _LaplaceFamily(BaseStaircaseFamily):
     def _staircase(self, sensitivity_units):
-        return math.exp(-float(self.epsilon) / sensitivity_units), 1, 1
+        return float(self.epsilon) / sensitivity_units, 1, 1
 
 
 @register_mechanism("laplace", task="regression")
@@ -287,7 +287,7 @@ class Staircase(BaseStaircaseFamily):
 
     def _staircase(self, sensitivity_units):
         r = min(max(1, round(self.gamma_ * sensitivity_units)), sensitivity_units)
-        return math.exp(-float(self.epsilon)), sensitivity_units, r
+        return float(self.epsilon), sensitivity_units, r
 
 
 @register_mechanism("discrete-staircase", task="regression")
@@ -345,7 +345,7 @@ class DiscreteStaircase(BaseStaircaseFamily):
             self.r_ = int(self.r)
 
     def _staircase(self, sensitivity_units):
-        return math.exp(-float(self.epsilon)), sensitivity_units, self.r_
+        return float(self.epsilon), sensitivity_units, self.r_
 
 
 @register_mechanism("gaussian", task="regression")
@@ -357,7 +357,7 @@ class Gaussian(BaseAdditiveMechanism):
     ``hi - lo`` (analytic Gaussian mechanism, Balle & Wang 2018). Noise is a
     discrete Gaussian on a power-of-two grid (Canonne, Kamath & Steinke
     2020), sampled by rejection from a discrete Laplace; with sigma about
-    2^40 grid steps its privacy curve is that of the continuous Gaussian to
+    2^20 grid steps its privacy curve is that of the continuous Gaussian to
     far below float precision.
 """
         + _PARAMETERS_DOC.format(
@@ -414,7 +414,7 @@ class Gaussian(BaseAdditiveMechanism):
         todo = np.arange(n)
         while todo.size:
             m = todo.size
-            proposal = staircase_noise(rng.random(m), math.exp(-1.0 / t), 1.0, 1.0)
+            proposal = staircase_noise(rng.random(m), 1.0 / t, 1.0, 1.0)
             accept = rng.random(m) < np.exp(-((np.abs(proposal) - sigma**2 / t) ** 2) / (2 * sigma**2))
             out[todo[accept]] = proposal[accept]
             todo = todo[~accept]

@@ -83,4 +83,7 @@ class RandomizedResponse(BaseDiscreteMechanism):
         codes = encode_classes(y, self.input_values_)
         k = self.input_values_.shape[0]
         out = randomized_response_indices(codes, rng.random(codes.shape[0]), k, self.transition_matrix_[0, 0])
-        return self.output_values_[out]
+        noisy = self.output_values_[out]
+        if y.dtype.kind in "iuf" and noisy.dtype.kind in "iuf":
+            noisy = noisy.astype(y.dtype)  # numeric labels keep their dtype
+        return noisy
