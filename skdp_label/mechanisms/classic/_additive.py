@@ -22,7 +22,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..._kernels._sampling import staircase_noise
+from ..._kernels._sampling import count_outside, staircase_additive, staircase_noise
 from ...utils._random import power_of_two_grid
 from .._base import BaseLabelMechanism
 from .._registry import register_mechanism
@@ -97,9 +97,11 @@ class BaseAdditiveMechanism(BaseLabelMechanism):
         return check_bounds(self.bounds, integer=self._integer, owner=type(self).__name__)
 
     def _check_label_values(self, y):
-        check_labels_in_bounds(y, self._bounds())
-        if self._integer:
-            check_integer_labels(y)
+        lo, hi = self._bounds()
+        flat = y.ravel()
+        if count_outside(flat, lo, hi, self._integer):  # one pass; details only on failure
+            check_labels_in_bounds(flat, (lo, hi))
+            check_integer_labels(flat)
 
     def _noise_scale(self, sensitivity):
         return sensitivity / float(self.epsilon)
@@ -138,6 +140,14 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
     def _noise_units(self, n, sensitivity_units, rng):
         lam, width, r = self._staircase(sensitivity_units)
         return staircase_noise(rng.random(n), lam, float(width), float(r))
+
+    def _randomize_column(self, y, rng):
+        lam, width, r = self._staircase(self.sensitivity_units_)
+        lo, hi = self._bounds()
+        return staircase_additive(
+            y, rng.random(y.shape[0]), self.granularity_, lam, float(width), float(r),
+            bool(self.clip), lo, hi,
+        )
 
     # Exact distribution of the clipped integer mechanisms.
     @property
