@@ -119,6 +119,39 @@ def staircase_additive(y, u, granularity, lam, width, r, clip, lo, hi):
 
 
 @numba.njit(cache=True, nogil=True)
+def staircase_additive_table(y, u, granularity, z_first, cdf, guide, c, clip, lo, hi):
+    """:func:`staircase_additive` by indexed search in a CDF table.
+
+    ``cdf[i] = P(Z <= z_first + i)`` over the bulk of the distribution and
+    ``guide[g]`` is the first index with ``cdf > g / len(guide)``, so each
+    draw costs a multiply and one or two comparisons. Uniforms in the two
+    tails outside the table use the closed-form inversion (constants ``c``).
+    It is the same inversion of the same CDF as :func:`staircase_noise`.
+    """
+    n_guide = guide.shape[0]
+    below = cdf[0]  # P(Z <= z_first); the table starts at z_first
+    above = cdf[cdf.shape[0] - 1]
+    out = np.empty(y.shape[0], dtype=np.float64)
+    for i in range(y.shape[0]):
+        ui = u[i]
+        if ui < below or ui >= above:
+            z = _staircase_draw(ui, c)
+        else:
+            idx = guide[np.int64(ui * n_guide)]
+            while cdf[idx] <= ui:
+                idx += 1
+            z = z_first + idx
+        v = (np.rint(y[i] / granularity) + z) * granularity
+        if clip:
+            if v < lo:
+                v = lo
+            elif v > hi:
+                v = hi
+        out[i] = v
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
 def count_outside(y, lo, hi, integer):
     """How many labels are outside [lo, hi] (or, if ``integer``, not integers)."""
     bad = 0
@@ -145,7 +178,10 @@ def randomized_response_contiguous(y, u, lo, n_classes, p_keep):
             j = np.int64((ui - p_keep) * scale)
             if j > n_classes - 2:
                 j = n_classes - 2
-            out[i] = lo + (np.int64(y[i] - lo) + 1 + j) % n_classes
+            code = np.int64(y[i] - lo) + 1 + j  # < 2k: a subtraction, not a modulo
+            if code >= n_classes:
+                code -= n_classes
+            out[i] = lo + code
     return out
 
 

@@ -22,7 +22,13 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..._kernels._sampling import count_outside, staircase_additive, staircase_noise
+from ..._kernels._sampling import (
+    _staircase_constants,
+    count_outside,
+    staircase_additive,
+    staircase_additive_table,
+    staircase_noise,
+)
 from ...utils._random import power_of_two_grid
 from .._base import BaseLabelMechanism
 from .._registry import register_mechanism
@@ -31,6 +37,7 @@ from ._noise import (
     gaussian_sigma,
     optimal_discrete_staircase_r,
     optimal_staircase_gamma,
+    staircase_cdf_table,
     staircase_pmf,
     staircase_tail,
 )
@@ -144,9 +151,19 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
     def _randomize_column(self, y, rng):
         lam, width, r = self._staircase(self.sensitivity_units_)
         lo, hi = self._bounds()
+        u = rng.random(y.shape[0])
+        if y.shape[0] >= 10_000:  # worth building the table
+            table = getattr(self, "_cdf_table", False)
+            if table is False:
+                table = self._cdf_table = staircase_cdf_table(lam, width, r)
+            if table is not None:
+                z_first, cdf, guide = table
+                constants = _staircase_constants(lam, float(width), float(r))
+                return staircase_additive_table(
+                    y, u, self.granularity_, z_first, cdf, guide, constants, bool(self.clip), lo, hi
+                )
         return staircase_additive(
-            y, rng.random(y.shape[0]), self.granularity_, lam, float(width), float(r),
-            bool(self.clip), lo, hi,
+            y, u, self.granularity_, lam, float(width), float(r), bool(self.clip), lo, hi
         )
 
     # Exact distribution of the clipped integer mechanisms.

@@ -21,6 +21,7 @@ __all__ = [
     "staircase_pmf",
     "staircase_tail",
     "staircase_moment",
+    "staircase_cdf_table",
     "optimal_staircase_gamma",
     "optimal_discrete_staircase_r",
     "gaussian_sigma",
@@ -55,6 +56,39 @@ def staircase_tail(m, lam, width, r):
 
     pos = m >= 1
     return np.where(pos, upper(np.maximum(m, 1)), 1.0 - upper(np.maximum(1 - m, 1)))
+
+
+def staircase_cdf_table(lam, width, r, min_probability=1e-7, max_entries=1 << 18):
+    """CDF table and guide table for sampling the staircase by indexed search.
+
+    Covers the z whose probability is at least ``min_probability`` (there the
+    differences of float64 CDF values are accurate to ~1e-9 relative); the
+    tails outside are sampled by the closed-form inversion. Returns None when
+    the table would exceed ``max_entries``.
+
+    Returns
+    -------
+    z_first : int
+        The value of the first entry minus one (the entry cdf[0] is
+        P(Z <= z_first), the table's lower edge).
+    cdf : ndarray
+        ``cdf[i] = P(Z <= z_first + i)``.
+    guide : ndarray of int64
+        ``guide[g]`` = first i with ``cdf[i] > g / len(guide)``.
+    """
+    p0 = _p_zero(lam, width, r)
+    if p0 < min_probability:
+        return None
+    # Blocks decay by e^-lam; the bulk ends where even the high step is below the floor.
+    n_blocks = math.floor(math.log(p0 / min_probability) / lam) + 1
+    half = n_blocks * int(width)
+    if 2 * half + 2 > max_entries:
+        return None
+    z = np.arange(-half - 1, half + 1, dtype=np.int64)
+    cdf = np.where(z < 0, staircase_tail(-z, lam, width, r), 1.0 - staircase_tail(z + 1, lam, width, r))
+    n_guide = 1 << max(int(len(cdf) - 1).bit_length(), 4)
+    guide = np.searchsorted(cdf, np.arange(n_guide) / n_guide, side="right").astype(np.int64)
+    return int(z[0]), cdf, guide
 
 
 def staircase_moment(lam, width, r, power, tol=1e-16):
