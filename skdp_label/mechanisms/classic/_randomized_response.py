@@ -60,7 +60,7 @@ class RandomizedResponse(BaseDiscreteMechanism):
     >>> rr = RandomizedResponse(epsilon=2.0, classes=["cat", "dog", "eel"], random_state=0)
     >>> rr.fit_transform(["cat", "dog", "dog", "eel"]).shape
     (4,)
-    >>> round(rr.transition_matrix_[0, 0], 4)
+    >>> round(float(rr.transition_matrix_[0, 0]), 4)  # e^2 / (e^2 + 2)
     0.787
     """
 
