@@ -97,6 +97,18 @@ def staircase_noise(u, lam, width, r):
     return out
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _shift_on_grid(y, z, granularity, clip, lo, hi):
+    """(rint(y / g) + z) * g, clipped to [lo, hi] when ``clip``: an exact float."""
+    v = (np.rint(y / granularity) + z) * granularity
+    if clip:
+        if v < lo:
+            return lo
+        if v > hi:
+            return hi
+    return v
+
+
 @numba.njit(cache=True, nogil=True)
 def staircase_additive(y, u, granularity, lam, width, r, clip, lo, hi):
     """Labels rounded to the grid plus staircase noise in grid units, clipped.
@@ -107,14 +119,7 @@ def staircase_additive(y, u, granularity, lam, width, r, clip, lo, hi):
     c = _staircase_constants(lam, width, r)
     out = np.empty(y.shape[0], dtype=np.float64)
     for i in range(y.shape[0]):
-        z = _staircase_draw(u[i], c)
-        v = (np.rint(y[i] / granularity) + z) * granularity
-        if clip:
-            if v < lo:
-                v = lo
-            elif v > hi:
-                v = hi
-        out[i] = v
+        out[i] = _shift_on_grid(y[i], _staircase_draw(u[i], c), granularity, clip, lo, hi)
     return out
 
 
@@ -141,13 +146,7 @@ def staircase_additive_table(y, u, granularity, z_first, cdf, guide, c, clip, lo
             while cdf[idx] <= ui:
                 idx += 1
             z = z_first + idx
-        v = (np.rint(y[i] / granularity) + z) * granularity
-        if clip:
-            if v < lo:
-                v = lo
-            elif v > hi:
-                v = hi
-        out[i] = v
+        out[i] = _shift_on_grid(y[i], z, granularity, clip, lo, hi)
     return out
 
 
