@@ -115,6 +115,11 @@ class BaseLabelDPEstimator(MetaEstimatorMixin, BaseEstimator):
         return estimator
 
     # -- delegation ---------------------------------------------------------------
+    def _delegate(self, method, X, params):
+        """``estimator_.<method>(X, ...)`` with the method's routed metadata."""
+        check_is_fitted(self)
+        return getattr(self.estimator_, method)(X, **self._routed(method, params))
+
     @property
     def n_features_in_(self):
         """Number of features seen by the fitted base estimator."""

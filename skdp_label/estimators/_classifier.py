@@ -172,12 +172,14 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         self.random_state = random_state
 
     # -- helpers ---------------------------------------------------------------
-    def _proba(self, model, X):
-        """predict_proba over all classes (classes the model never saw get 0)."""
-        proba = model.predict_proba(X)
+    def _all_classes(self, model, proba):
+        """Probabilities over all classes (classes the model never saw get 0)."""
         out = np.zeros((proba.shape[0], self.classes_.shape[0]))
         out[:, np.asarray(model.classes_, dtype=np.int64)] = proba
         return out
+
+    def _proba(self, model, X):
+        return self._all_classes(model, model.predict_proba(X))
 
     def _validate_targets(self, y):
         y = column_or_1d(y, warn=True)
@@ -327,8 +329,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         -------
         y_pred : ndarray of shape (n_samples,)
         """
-        check_is_fitted(self)
-        codes = self.estimator_.predict(X, **self._routed("predict", predict_params))
+        codes = self._delegate("predict", X, predict_params)
         return self.classes_[np.asarray(codes, dtype=np.int64)]
 
     @available_if(_base_has("predict_proba"))
@@ -346,11 +347,8 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         proba : ndarray of shape (n_samples, n_classes)
             Columns follow ``classes_``.
         """
-        check_is_fitted(self)
-        proba = self.estimator_.predict_proba(X, **self._routed("predict_proba", predict_proba_params))
-        out = np.zeros((proba.shape[0], self.classes_.shape[0]))
-        out[:, np.asarray(self.estimator_.classes_, dtype=np.int64)] = proba
-        return out
+        proba = self._delegate("predict_proba", X, predict_proba_params)
+        return self._all_classes(self.estimator_, proba)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -156,8 +156,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         -------
         y_pred : ndarray
         """
-        check_is_fitted(self)
-        return self.estimator_.predict(X, **self._routed("predict", predict_params))
+        return self._delegate("predict", X, predict_params)
 
     def score(self, X, y, **score_params):
         """Score of the fitted base estimator on (true) labels ``y``.

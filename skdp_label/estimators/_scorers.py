@@ -16,16 +16,13 @@ score:
   G[y~_i, f_i] estimates the true accuracy (debiased accuracy).
 """
 
+import math
+
 import numpy as np
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from ..mechanisms._validation import encode_classes
-from ..mechanisms.classic._additive import (
-    BaseAdditiveMechanism,
-    BaseStaircaseFamily,
-    Gaussian,
-    _LaplaceFamily,
-)
+from ..mechanisms.classic._additive import BaseAdditiveMechanism, BaseStaircaseFamily, Gaussian
 from ..mechanisms.classic._noise import staircase_moment
 
 __all__ = [
@@ -44,14 +41,12 @@ def _additive_noise_variance(mechanism):
     g = mechanism.granularity_
     if isinstance(mechanism, Gaussian):
         return float(mechanism.sigma_) ** 2
-    if isinstance(mechanism, _LaplaceFamily):
-        # Discrete Laplace with b = exp(-t): E[Z^2] = 2b / (1 - b)^2 in closed
-        # form, from t itself (b may be 1 - 2^-40: the series is far too long
-        # to sum and 1 - b would lose most digits).
-        t = float(mechanism.epsilon) / mechanism.sensitivity_units_
-        return 2.0 * np.exp(-t) / np.expm1(-t) ** 2 * g * g
-    b, width, r = mechanism._staircase(mechanism.sensitivity_units_)
-    return float(np.ravel(staircase_moment(b, width, r, 2))[0]) * g * g
+    lam, width, r = mechanism._staircase(mechanism.sensitivity_units_)
+    if width == 1:
+        # Discrete Laplace, P(Z = z) ~ exp(-lam |z|): E[Z^2] = 2b / (1 - b)^2 with
+        # b = exp(-lam), in closed form (lam may be ~2^-20: too many terms to sum).
+        return 2.0 * math.exp(-lam) / math.expm1(-lam) ** 2 * g * g
+    return float(np.ravel(staircase_moment(lam, width, r, 2))[0]) * g * g
 
 
 def unbiased_square_estimator(mechanism):

@@ -151,7 +151,16 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
         picked = rr_top_k_indices(
             codes, order, ks, self._rng.random(codes.shape[0]), math.exp(-float(self.epsilon))
         )
-        return self.output_values_[picked]
+        return self._as_label_dtype(self.output_values_[picked], y2d)
+
+    def _as_label_dtype(self, noisy, y):
+        """Numeric labels keep their dtype (as in RandomizedResponse)."""
+        if y.dtype.kind in "iuf" and noisy.dtype.kind in "iuf":
+            return noisy.astype(y.dtype)
+        return noisy
+
+    def _randomize_column(self, y, rng):
+        return self._as_label_dtype(super()._randomize_column(y, rng), y)
 
 
 @register_mechanism("rr-top-k", task="classification")
