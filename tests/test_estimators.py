@@ -317,3 +317,4 @@ def test_two_stage_beats_one_stage_rr_on_digits(digits):
     rr = accuracy(mechanism="rr")
     two_stage = accuracy(n_stages=2, prior="clusters", n_clusters=10, prior_epsilon=0.1)
     assert two_stage > rr + 0.05
+
