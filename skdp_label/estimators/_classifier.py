@@ -16,7 +16,7 @@ from ..mechanisms._validation import check_classes, encode_classes
 from ..mechanisms.classification._solver import temper
 from ..utils._random import check_random_generator
 from ._base import BaseLabelDPEstimator
-from ._cluster_prior import cluster_priors
+from ._cluster_prior import cluster_priors, feature_clusters
 from ._multistage import in_top_k, partition_stages, stage_fractions
 
 __all__ = ["LabelDPClassifier"]
@@ -181,6 +181,13 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
     def _proba(self, model, X):
         return self._all_classes(model, model.predict_proba(X))
 
+    def _reusable(self, model, X, earlier, noisy_codes, ks):
+        """Earlier stages' rows whose noisy label is in the previous model's
+        top k, k the rounded mean k of the current stage (004 App. B)."""
+        k = max(int(round(ks.mean())), 1)
+        proba = self._proba(model, _safe_indexing(X, earlier))
+        return earlier[in_top_k(proba, noisy_codes[earlier], k)]
+
     def _validate_targets(self, y):
         y = column_or_1d(y, warn=True)
         check_classification_targets(y)
@@ -261,15 +268,18 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
 
         priors = None
         if self.prior == "clusters":
+            cluster_of, n_clusters = feature_clusters(X, self.n_clusters, rng)  # public: free
             if accountant is not None:
                 accountant.spend(
                     eps_prior, n_labels=codes.shape[0],
                     description=f"{type(self).__name__}: cluster prior histograms",
                 )
-            priors, _, self.cluster_histograms_ = cluster_priors(
-                X, codes, classes.shape[0], self.n_clusters, eps_prior, rng
+            priors, self.cluster_histograms_ = cluster_priors(
+                cluster_of, n_clusters, codes, classes.shape[0], eps_prior, rng
             )
-        group = accountant.disjoint_group(type(self).__name__) if accountant and n_stages > 1 else None
+        group = None
+        if accountant is not None and n_stages > 1:
+            group = accountant.disjoint_group(type(self).__name__)
 
         noisy_codes = np.full(codes.shape[0], -1, dtype=np.int64)
         model = None
@@ -297,11 +307,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             train = rows
             if stage > 0 and self.reuse_labels:
                 earlier = np.concatenate(parts[:stage])
-                keep = in_top_k(
-                    self._proba(model, _safe_indexing(X, earlier)), noisy_codes[earlier],
-                    max(int(round(ks.mean())), 1),
-                )
-                train = np.concatenate([earlier[keep], rows])
+                train = np.concatenate([self._reusable(model, X, earlier, noisy_codes, ks), rows])
             model = self._fit_base(
                 _safe_indexing(X, train), noisy_codes[train], _check_method_params(X, routed, train)
             )
