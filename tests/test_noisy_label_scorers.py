@@ -38,8 +38,9 @@ class _DebiasedBinaryRR(BaseDiscreteMechanism):
     def _fit_mechanism(self, y):
         p = math.exp(self.epsilon) / (1 + math.exp(self.epsilon))
         self.input_values_ = np.array([0.0, 1.0])
-        self.output_values_ = np.array([-(1 - p), p]) / (2 * p - 1)
-        self.transition_matrix_ = np.array([[p, 1 - p], [1 - p, p]])
+        # Outputs deliberately unsorted: columns follow output_values_.
+        self.output_values_ = np.array([p, -(1 - p)]) / (2 * p - 1)
+        self.transition_matrix_ = np.array([[1 - p, p], [p, 1 - p]])
 
 
 @pytest.mark.parametrize(
@@ -68,6 +69,7 @@ def test_square_estimator_exact_for_a_discrete_unbiased_mechanism():
     h = unbiased_square_estimator(mech)
     values = h(mech.output_values_)
     np.testing.assert_allclose(mech.transition_matrix_ @ values, [0.0, 1.0], atol=1e-12)
+    np.testing.assert_allclose(h(mech.output_values_[::-1]), values[::-1])
     with pytest.raises(ValueError, match="output values"):
         h(np.array([0.5]))
 

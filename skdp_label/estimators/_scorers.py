@@ -105,12 +105,15 @@ def unbiased_square_estimator(mechanism):
     if np.max(np.abs(matrix @ h - inputs**2)) > 1e-6 * scale**2:
         raise ValueError(f"no unbiased estimator of y^2 exists for {name}'s outputs.")
 
+    order = np.argsort(outputs, kind="stable")
+    sorted_outputs, sorted_h = outputs[order], h[order]
+
     def estimate(y_noisy):
         y_noisy = np.asarray(y_noisy, dtype=np.float64)
-        idx = np.clip(np.searchsorted(outputs, y_noisy), 0, outputs.size - 1)
-        if np.any(outputs[idx] != y_noisy):
+        idx = np.clip(np.searchsorted(sorted_outputs, y_noisy), 0, outputs.size - 1)
+        if np.any(sorted_outputs[idx] != y_noisy):
             raise ValueError(f"noisy labels are not among {name}'s output values.")
-        return h[idx]
+        return sorted_h[idx]
 
     return estimate
 
