@@ -318,3 +318,40 @@ def test_two_stage_beats_one_stage_rr_on_digits(digits):
     two_stage = accuracy(n_stages=2, prior="clusters", n_clusters=10, prior_epsilon=0.1)
     assert two_stage > rr + 0.05
 
+
+
+def test_prior_temperature_sharpens_stage_priors(digits):
+    X, y = digits
+    kw = dict(epsilon=2.0, n_stages=2, random_state=0)
+    flat = LabelDPClassifier(LogisticRegression(C=0.1), prior_temperature=2.0, **kw).fit(X, y)
+    sharp = LabelDPClassifier(LogisticRegression(C=0.1), prior_temperature=0.25, **kw).fit(X, y)
+    assert flat.stage_k_[0] == sharp.stage_k_[0] == 10  # same stage 1
+    assert sharp.stage_k_[1] < flat.stage_k_[1]
+
+
+def test_public_prior_instance_and_its_accountant(digits):
+    X, y = digits
+    acc = BudgetAccountant(epsilon=1.0)
+    prior = np.full(10, 0.01)
+    prior[[3, 8]] = 0.45  # RRWithPrior keeps only classes 3 and 8 at epsilon 1
+    mech = RRWithPrior(epsilon=5.0, prior=prior, accountant=acc)
+    clf = LabelDPClassifier(LogisticRegression(C=0.1), mech, epsilon=1.0, random_state=0).fit(X, y)
+    assert clf.mechanism_.k_ == 2 and clf.mechanism_.epsilon == 1.0
+    assert set(np.unique(clf.predict(X))) <= {3, 8}
+    assert acc.spent_epsilon == pytest.approx(1.0)  # the instance's accountant was charged
+
+
+def test_stage_split_validation():
+    from skdp_label.estimators._multistage import partition_stages, stage_fractions
+
+    np.testing.assert_allclose(stage_fractions(3, None), [1 / 3] * 3)
+    np.testing.assert_allclose(stage_fractions(3, 0.5), [0.5, 0.25, 0.25])
+    np.testing.assert_allclose(stage_fractions(2, [3, 1]), [0.75, 0.25])
+    for n_stages, split in [(1, 0.5), (2, [1.0]), (2, [1.0, -1.0]), (2, [1.0, np.nan])]:
+        with pytest.raises(ValueError):
+            stage_fractions(n_stages, split)
+    parts = partition_stages(10, stage_fractions(3, None), np.random.default_rng(0))
+    assert sorted(np.concatenate(parts).tolist()) == list(range(10))
+    assert [len(p) for p in parts] == [4, 3, 3]
+    with pytest.raises(ValueError, match="too few"):
+        partition_stages(2, stage_fractions(3, None), np.random.default_rng(0))
