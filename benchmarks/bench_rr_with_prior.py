@@ -5,12 +5,12 @@ Run from the repository root::
     PYTHONPATH=. python benchmarks/bench_rr_with_prior.py
 """
 
-import time
-
 import numpy as np
 from sklearn.datasets import load_digits
 from sklearn.linear_model import LogisticRegression, Ridge
 from threadpoolctl import threadpool_limits
+
+from bench_sampling import best_time  # sibling script (benchmarks/ is on sys.path)
 
 from skdp_label import LabelDPClassifier, LabelDPRegressor
 from skdp_label.mechanisms import RRWithPrior
@@ -18,12 +18,7 @@ from skdp_label.mechanisms.classification._solver import optimal_k
 
 
 def best_of(fn, repeats=3):
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+    return best_time(fn, repeats)
 
 
 def main():
