@@ -44,12 +44,12 @@ def main():
     rows = [
         ("LogisticRegression alone", lambda: LogisticRegression(C=0.1, max_iter=300).fit(X, y)),
         ("LabelDPClassifier, RR", lambda: LabelDPClassifier(
-            LogisticRegression(C=0.1, max_iter=300), "rr", random_state=0).fit(X, y)),
+            LogisticRegression(C=0.1, max_iter=300), "rr", random_state=0, classes=np.unique(y)).fit(X, y)),
         ("LabelDPClassifier, 2 stages", lambda: LabelDPClassifier(
-            LogisticRegression(C=0.1, max_iter=300), n_stages=2, random_state=0).fit(X, y)),
+            LogisticRegression(C=0.1, max_iter=300), n_stages=2, random_state=0, classes=np.unique(y)).fit(X, y)),
         ("LabelDPClassifier, clusters + 2 stages", lambda: LabelDPClassifier(
             LogisticRegression(C=0.1, max_iter=300), n_stages=2, prior="clusters",
-            n_clusters=10, random_state=0).fit(X, y)),
+            n_clusters=10, random_state=0, classes=np.unique(y)).fit(X, y)),
     ]
     for name, fn in rows:
         print(f"{name:<38} {best_of(fn):>8.3f}")

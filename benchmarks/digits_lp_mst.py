@@ -37,7 +37,7 @@ def main(epsilons=(1.0, 2.0), n_runs=20):
             for run in range(n_runs):
                 train, test = folds[run % len(folds)]
                 clf = LabelDPClassifier(LogisticRegression(C=0.1, max_iter=300), epsilon=eps,
-                                        random_state=1000 + run, **params)
+                                        random_state=1000 + run, **params, classes=np.arange(10))
                 scores.append(clf.fit(X[train], y[train]).score(X[test], y[test]))
             cells.append(f"{np.mean(scores):.3f} ± {np.std(scores) / np.sqrt(n_runs):.3f}")
         print(f"{name:<38}" + "".join(f"{c:>16}" for c in cells))

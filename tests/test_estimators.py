@@ -15,6 +15,9 @@ from sklearn.preprocessing import StandardScaler
 from skdp_label import BudgetAccountant, LabelDPClassifier, LabelDPRegressor
 from skdp_label.mechanisms import Laplace, RandomizedResponse, RRWithPrior, mechanism_names
 
+# The digits classes, declared as the public class list (never read off y).
+DIGIT_CLASSES = np.arange(10)
+
 
 @pytest.fixture
 def regression_data():
@@ -159,7 +162,7 @@ def test_fitted_objects_keep_no_labels(regression_data, digits):
     blob = pickle.dumps(reg)
     assert all(y[i : i + 2].tobytes() not in blob for i in range(0, len(y), 40))
     Xd, yd = digits
-    clf = LabelDPClassifier(LogisticRegression(C=0.1), n_stages=2, random_state=0).fit(Xd[:400], yd[:400])
+    clf = LabelDPClassifier(LogisticRegression(C=0.1), n_stages=2, random_state=0, classes=DIGIT_CLASSES).fit(Xd[:400], yd[:400])
     blob = pickle.dumps(clf)
     assert yd[:400].astype(np.int64).tobytes() not in blob
     assert yd[:400].astype(np.int64).tobytes()[:800] not in blob
@@ -185,14 +188,14 @@ def test_xgboost_poisson_with_discrete_mechanism():
 def test_classifier_contract_with_string_labels(digits):
     X, y = digits
     names = np.array(["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"])
-    clf = LabelDPClassifier(LogisticRegression(C=0.1), epsilon=4.0, random_state=0).fit(X, names[y])
+    clf = LabelDPClassifier(LogisticRegression(C=0.1), epsilon=4.0, random_state=0, classes=names).fit(X, names[y])
     assert clf.classes_.tolist() == sorted(names.tolist())
     proba = clf.predict_proba(X[:50])
     assert proba.shape == (50, 10)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
     np.testing.assert_array_equal(clf.classes_[proba.argmax(axis=1)], clf.predict(X[:50]))
     assert clf.score(X, names[y]) > 0.8
-    assert not hasattr(LabelDPClassifier(Ridge()), "predict_proba")
+    assert not hasattr(LabelDPClassifier(Ridge(), classes=DIGIT_CLASSES), "predict_proba")
 
 
 def test_declared_classes_and_unknown_label(digits):
@@ -209,8 +212,7 @@ def test_multistage_accounting_is_parallel(digits):
     X, y = digits
     acc = BudgetAccountant(epsilon=1.0)
     clf = LabelDPClassifier(
-        LogisticRegression(C=0.1), epsilon=1.0, n_stages=3, accountant=acc, random_state=0
-    ).fit(X, y)
+        LogisticRegression(C=0.1), epsilon=1.0, n_stages=3, accountant=acc, random_state=0, classes=DIGIT_CLASSES).fit(X, y)
     assert acc.spent_epsilon == pytest.approx(1.0) and clf.epsilon_spent_ == pytest.approx(1.0)
     entries = acc.ledger
     assert len(entries) == 3 and len({e.group for e in entries}) == 1 and entries[0].group
@@ -227,8 +229,7 @@ def test_cluster_prior_accounting(digits):
     acc = BudgetAccountant(epsilon=2.0)
     clf = LabelDPClassifier(
         LogisticRegression(C=0.1), epsilon=2.0, n_stages=2, prior="clusters", n_clusters=10,
-        prior_epsilon=0.2, accountant=acc, random_state=0,
-    ).fit(X, y)
+        prior_epsilon=0.2, accountant=acc, random_state=0, classes=DIGIT_CLASSES).fit(X, y)
     assert acc.spent_epsilon == pytest.approx(2.0)
     assert [e.epsilon for e in acc.ledger] == pytest.approx([0.2, 1.8, 1.8])
     assert clf.prior_epsilon_ == 0.2 and clf.mechanism_.epsilon == pytest.approx(1.8)
@@ -239,8 +240,8 @@ def test_cluster_prior_accounting(digits):
 def test_reuse_filter_and_stage_split(digits):
     X, y = digits
     kw = dict(epsilon=1.0, n_stages=2, stage_split=0.6, random_state=0)
-    reuse = LabelDPClassifier(LogisticRegression(C=0.1), **kw).fit(X, y)
-    fresh = LabelDPClassifier(LogisticRegression(C=0.1), reuse_labels=False, **kw).fit(X, y)
+    reuse = LabelDPClassifier(LogisticRegression(C=0.1), **kw, classes=DIGIT_CLASSES).fit(X, y)
+    fresh = LabelDPClassifier(LogisticRegression(C=0.1), reuse_labels=False, **kw, classes=DIGIT_CLASSES).fit(X, y)
     n1, n2 = reuse.stage_sizes_
     assert abs(n1 - 0.6 * len(y)) <= 1 and n1 + n2 == len(y)
     assert fresh.stage_train_sizes_ == [n1, n2]
@@ -259,11 +260,11 @@ def test_classifier_bad_configurations_spend_nothing(digits):
     ]
     for params in bad:
         with pytest.raises(ValueError):
-            LabelDPClassifier(LogisticRegression(), accountant=acc, **params).fit(X, y)
+            LabelDPClassifier(LogisticRegression(), accountant=acc, **params, classes=DIGIT_CLASSES).fit(X, y)
     with pytest.raises(ValueError, match="predict_proba"):
-        LabelDPClassifier(Ridge(), n_stages=2, accountant=acc).fit(X, y)
-    with pytest.raises(ValueError, match="two classes"):
-        LabelDPClassifier(LogisticRegression(), accountant=acc).fit(X[:5], np.zeros(5))
+        LabelDPClassifier(Ridge(), n_stages=2, accountant=acc, classes=DIGIT_CLASSES).fit(X, y)
+    with pytest.raises(ValueError, match="public list of classes"):
+        LabelDPClassifier(LogisticRegression(), accountant=acc).fit(X, y)  # never read off y
     assert acc.ledger == []
 
 
@@ -276,13 +277,13 @@ def test_classifier_sample_weight_per_stage(digits):
             seen.append((len(y), None if sample_weight is None else len(sample_weight)))
             return super().fit(X, y, sample_weight=sample_weight)
 
-    clf = LabelDPClassifier(Spy(C=0.1), n_stages=2, random_state=0)
+    clf = LabelDPClassifier(Spy(C=0.1), n_stages=2, random_state=0, classes=DIGIT_CLASSES)
     clf.fit(X, y, sample_weight=np.ones(len(y)))
     assert [n for n, _ in seen] == clf.stage_train_sizes_
     assert all(n == m for n, m in seen)
     seen.clear()
     with config_context(enable_metadata_routing=True):
-        routed = LabelDPClassifier(Spy(C=0.1).set_fit_request(sample_weight=True), n_stages=2, random_state=0)
+        routed = LabelDPClassifier(Spy(C=0.1).set_fit_request(sample_weight=True), n_stages=2, random_state=0, classes=DIGIT_CLASSES)
         routed.fit(X, y, sample_weight=np.ones(len(y)))
         assert [m for _, m in seen] == routed.stage_train_sizes_
 
@@ -292,7 +293,7 @@ def test_classifier_grid_search_accounting(digits, n_jobs):
     X, y = digits
     X, y = X[:600], y[:600]
     acc = BudgetAccountant()
-    clf = LabelDPClassifier(LogisticRegression(C=0.1), accountant=acc, random_state=0)
+    clf = LabelDPClassifier(LogisticRegression(C=0.1), accountant=acc, random_state=0, classes=DIGIT_CLASSES)
     grid = {"epsilon": [1.0, 3.0], "n_stages": [1, 2], "mechanism": ["rr", "rr-with-prior"]}
     grid = [dict(grid, mechanism=["rr-with-prior"]), {"epsilon": [1.0, 3.0], "mechanism": ["rr"]}]
     search = GridSearchCV(clf, grid, cv=2, n_jobs=n_jobs).fit(X, y)
@@ -310,7 +311,7 @@ def test_two_stage_beats_one_stage_rr_on_digits(digits):
         scores = []
         for seed, (train, test) in enumerate(folds):
             clf = LabelDPClassifier(LogisticRegression(C=0.1, max_iter=300), epsilon=1.0,
-                                    random_state=seed, **params)
+                                    random_state=seed, **params, classes=DIGIT_CLASSES)
             scores.append(clf.fit(X[train], y[train]).score(X[test], y[test]))
         return np.mean(scores)
 
@@ -323,8 +324,8 @@ def test_two_stage_beats_one_stage_rr_on_digits(digits):
 def test_prior_temperature_sharpens_stage_priors(digits):
     X, y = digits
     kw = dict(epsilon=2.0, n_stages=2, random_state=0)
-    flat = LabelDPClassifier(LogisticRegression(C=0.1), prior_temperature=2.0, **kw).fit(X, y)
-    sharp = LabelDPClassifier(LogisticRegression(C=0.1), prior_temperature=0.25, **kw).fit(X, y)
+    flat = LabelDPClassifier(LogisticRegression(C=0.1), prior_temperature=2.0, **kw, classes=DIGIT_CLASSES).fit(X, y)
+    sharp = LabelDPClassifier(LogisticRegression(C=0.1), prior_temperature=0.25, **kw, classes=DIGIT_CLASSES).fit(X, y)
     assert flat.stage_k_[0] == sharp.stage_k_[0] == 10  # same stage 1
     assert sharp.stage_k_[1] < flat.stage_k_[1]
 
@@ -335,7 +336,7 @@ def test_public_prior_instance_and_its_accountant(digits):
     prior = np.full(10, 0.01)
     prior[[3, 8]] = 0.45  # RRWithPrior keeps only classes 3 and 8 at epsilon 1
     mech = RRWithPrior(epsilon=5.0, prior=prior, accountant=acc)
-    clf = LabelDPClassifier(LogisticRegression(C=0.1), mech, epsilon=1.0, random_state=0).fit(X, y)
+    clf = LabelDPClassifier(LogisticRegression(C=0.1), mech, epsilon=1.0, random_state=0, classes=DIGIT_CLASSES).fit(X, y)
     assert clf.mechanism_.k_ == 2 and clf.mechanism_.epsilon == 1.0
     assert set(np.unique(clf.predict(X))) <= {3, 8}
     assert acc.spent_epsilon == pytest.approx(1.0)  # the instance's accountant was charged

@@ -67,10 +67,9 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
     prior_temperature : float, default=1.0
         Temperature T of the learned priors: ``p ** (1 / T)`` renormalised
         (T < 1 sharpens, 004 App. E).
-    classes : array-like, optional
-        The public list of classes. ``None`` takes the distinct values of
-        ``y``, i.e. treats the *set* of classes present as public; pass
-        ``classes`` when even that must stay private.
+    classes : array-like
+        The public list of classes. Required: the set of classes present in
+        the labels is itself a statistic of the private labels.
     prior : {'uniform', 'clusters'}, default='uniform'
         Prior of the first stage. ``'clusters'`` runs k-means on the
         (public) features and spends ``prior_epsilon`` on a discrete-Laplace
@@ -116,7 +115,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
     >>> from skdp_label import BudgetAccountant, LabelDPClassifier
     >>> X, y = load_digits(return_X_y=True)
     >>> acc = BudgetAccountant(epsilon=2.0)
-    >>> clf = LabelDPClassifier(LogisticRegression(max_iter=200), epsilon=2.0, n_stages=2,
+    >>> clf = LabelDPClassifier(LogisticRegression(max_iter=200), epsilon=2.0, n_stages=2, classes=range(10),
     ...                         accountant=acc, random_state=0).fit(X / 16, y)
     >>> clf.classes_.tolist()
     [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
@@ -191,14 +190,9 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
     def _validate_targets(self, y):
         y = column_or_1d(y, warn=True)
         check_classification_targets(y)
-        if self.classes is None:
-            classes = np.unique(y)
-            if classes.shape[0] < 2:
-                raise ValueError(
-                    f"{type(self).__name__} needs at least two classes; y holds one class only."
-                )
-        else:
-            classes = check_classes(self.classes, owner=type(self).__name__)
+        # The classes are a public input: the set of classes present in the
+        # private labels is a label statistic and is never read off them.
+        classes = check_classes(self.classes, owner=type(self).__name__)
         return y, classes, encode_classes(y, classes)
 
     def _check_budget_split(self):

@@ -39,7 +39,7 @@ def partition_stages(n_samples, fractions, rng):
     counts = np.floor(np.asarray(fractions) * n_samples).astype(np.int64)
     counts[: n_samples - counts.sum()] += 1  # hand out the remainder
     if np.any(counts < 1):
-        raise ValueError(f"{n_samples} examples are too few for {len(fractions)} stages.")
+        raise ValueError(f"n_samples={n_samples} examples are too few for {len(fractions)} stages.")
     order = rng.permutation(n_samples)
     return np.split(order, np.cumsum(counts)[:-1])
 
