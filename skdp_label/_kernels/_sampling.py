@@ -82,7 +82,8 @@ def staircase_noise(u, b, width, r):
 def randomized_response_indices(codes, u, n_classes, p_keep):
     """k-ary randomized response on class codes, one uniform each."""
     out = np.empty(codes.shape[0], dtype=np.int64)
-    scale = (n_classes - 1) / (1.0 - p_keep) if n_classes > 1 else 0.0
+    # p_keep rounds to 1 at very large epsilon: no uniform then falls past it.
+    scale = (n_classes - 1) / (1.0 - p_keep) if n_classes > 1 and p_keep < 1.0 else 0.0
     for i in range(codes.shape[0]):
         ui = u[i]
         if ui < p_keep or n_classes == 1:
