@@ -8,6 +8,7 @@ from sklearn.utils._param_validation import StrOptions
 from ..._kernels._sampling import randomized_response_indices
 from .._prior import BasePriorMechanism
 from .._registry import register_mechanism
+from ._sampling import BinLookup
 from ._solver import expected_loss, optimal_bins
 
 __all__ = ["RROnBins", "rr_on_bins_matrix"]
@@ -113,11 +114,11 @@ class RROnBins(BasePriorMechanism):
     >>> mech.fit_transform([0, 1, 3, 10]).shape
     (4,)
     >>> mech.output_values_.round(3)
-    array([0.981, 4.184])
+    array([1.349, 3.151])
     >>> mech.bin_map_
-    array([0, 0, 0, 0, 1])
+    array([0, 0, 0, 1, 1])
     >>> round(mech.noisy_label_loss_, 3)
-    11.145
+    7.25
     """
 
     _parameter_constraints = {
@@ -172,12 +173,13 @@ class RROnBins(BasePriorMechanism):
         self.n_bins_ = int(bin_values.shape[0])
         self.transition_matrix_ = rr_on_bins_matrix(bin_map, self.n_bins_, epsilon)
         self._p_keep = float(self.transition_matrix_[0, bin_map[0]])
+        self._lookup = BinLookup(prior_values, bin_map)
         self.noisy_label_loss_ = expected_loss(
             prior_values, prior_probabilities, bin_values, self.transition_matrix_, self.loss
         )
 
     def _randomize_column(self, y, rng):
         # Label -> nearest domain value -> its bin -> k-ary RR over the bins.
-        bins = self.bin_map_[self._encode_labels(y)]
+        bins = self._lookup(y)
         out = randomized_response_indices(bins, rng.random(bins.shape[0]), self.n_bins_, self._p_keep)
         return self.output_values_[out]
