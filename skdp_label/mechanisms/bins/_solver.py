@@ -23,20 +23,25 @@ the number of bins (``O(k^2)``, no ``m`` dimension). ``Q`` is concave and
 decreasing, the optimal loss is its root, and the iteration
 ``t <- N(P_t) / (lam + |P_t|)`` strictly decreases ``t`` until ``Q(t) = 0``;
 as there are finitely many partitions it stops, exactly, after a few steps
-(superlinear convergence; 3 to 7 steps in practice). The result is the
-optimum of Algorithm 2 over all numbers of bins, with no bound on the number
-of bins.
+(superlinear convergence). The result is the optimum of Algorithm 2 over all
+numbers of bins: no bound on the number of bins is used, and there is no
+loop over ``m``. For more than 512 labels the iteration first runs on
+partitions with edges on a grid of 512 positions (cheap), so that the exact
+iteration starts close to the optimum and usually needs two full dynamic
+programs: one that reaches the optimum and one that proves it
+(``Q(t) = 0``). Each full program is ``O(k^2)`` bin costs at worst, each
+``O(1)`` (amortised ``O(1)`` for the weighted median of the absolute loss).
 
 Pruning (exact): ``c`` grows with the bin (``G_S`` is a sum of non-negative
 terms), so while scanning the left end ``r`` of the last bin from right to
 left, once ``min(E[0..r-1]) + c([r, i)) - t`` reaches the best value found,
 no longer bin can do better and the scan stops.
 
-Why not Knuth / divide-and-conquer / SMAWK: those need the quadrangle
-inequality ``c(a,c) + c(b,d) <= c(a,d) + c(b,c)``, which this cost does *not*
-satisfy (the ``F`` term couples every bin to the whole prior; random small
-priors violate it in about 9% of the quadruples for the squared loss, by up
-to 60%), so they would not be exact.
+Why not Knuth / divide-and-conquer / SMAWK per number of bins: those need
+the quadrangle inequality ``c(a,c) + c(b,d) <= c(a,d) + c(b,c)``, which this
+cost does *not* satisfy (the ``F`` term couples every bin to the whole prior;
+on random priors of 4 to 8 labels it fails in about 9% of the quadruples for
+the squared loss, by up to 64% of ``c(a,d)``), so they would not be exact.
 
 Numerics. Bin statistics come from prefix sums of *centred* labels
 (``z = y - mean``), accumulated with Neumaier compensation, and every cost is
@@ -52,7 +57,7 @@ import math
 import numba
 import numpy as np
 
-__all__ = ["optimal_bins", "BinSolution", "LOSS_CODES", "bin_cost", "expected_loss"]
+__all__ = ["optimal_bins", "solve_support", "BinSolution", "LOSS_CODES", "expected_loss"]
 
 LOSS_CODES = {"squared": 0, "absolute": 1, "poisson": 2}
 _GENERIC = 3
@@ -529,11 +534,6 @@ def _poisson_loss(yhat, y):
     with np.errstate(divide="ignore", invalid="ignore"):
         out = yhat - np.where(y == 0, 0.0, y * np.log(yhat))
     return out
-
-
-def bin_cost(loss):
-    """The loss as a vectorised function ``l(yhat, y)``."""
-    return _loss_function(loss)
 
 
 def optimal_bins(values, probs, epsilon, loss="squared"):
