@@ -77,6 +77,10 @@ def table_solver(sizes):
             print(f"{k:>6} {loss:>9} " + " ".join(f"{c:>16}" for c in cells), flush=True)
     print("worst time over epsilon: " + ", ".join(
         f"k={k} {loss}: {t * 1e3:.1f} ms" for (k, loss), t in worst.items()))
+    for loss in LOSSES:
+        for k0, k1 in zip(sizes[:-1], sizes[1:]):
+            slope = math.log(worst[(k1, loss)] / worst[(k0, loss)]) / math.log(k1 / k0)
+            print(f"growth exponent of the worst time in k ({loss}, k={k0}..{k1}): {slope:.2f}")
 
 
 def table_plain(sizes_numpy, sizes_numba):
