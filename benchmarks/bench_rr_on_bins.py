@@ -92,7 +92,9 @@ def table_plain(sizes_numpy, sizes_numba):
         values, probs = criteo_like_prior(k, seed=1)
         # The plain compiled triple loop takes minutes at k = 2000: eps = 1 only.
         for eps in [1.0] if k >= 2000 else [1.0, 4.0]:
-            t_ours, (bv, bm, sol) = best_time(lambda: optimal_bins(values, probs, eps, "squared"), 3)
+            t_ours, (bv, bm, _) = best_time(
+                lambda: optimal_bins(values, probs, eps, "squared"), 3
+            )
             ours = expected_loss(values, probs, bv, rr_on_bins_matrix(bm, bv.size, eps), "squared")
             t_np = t_nb = math.nan
             same = True
@@ -106,8 +108,8 @@ def table_plain(sizes_numpy, sizes_numba):
                 same &= abs(ref_nb - ours) <= 1e-6 * ours
             rows.append((k, eps, t_ours, t_np, t_nb))
             print(f"{k:>6} {eps:>4g} {t_ours * 1e3:>9.2f} {t_np * 1e3:>15.1f} "
-                  f"{t_np / t_ours:>8.0f} {t_nb * 1e3:>15.1f} {t_nb / t_ours:>8.0f} {str(same):>10}",
-                  flush=True)
+                  f"{t_np / t_ours:>8.0f} {t_nb * 1e3:>15.1f} {t_nb / t_ours:>8.0f} "
+                  f"{str(same):>10}", flush=True)
     for col, name in [(2, "ours"), (3, "plain numpy"), (4, "plain numba")]:
         pts = [(r[0], r[col]) for r in rows if r[1] == 1.0 and not math.isnan(r[col])]
         if len(pts) >= 2:

@@ -349,7 +349,8 @@ def test_poisson_large_counts_against_exact_enumeration():
 def test_callable_matches_builtin_losses():
     rng = np.random.default_rng(12)
     values, probs = random_prior(rng, 8)
-    for name, fn in [("squared", lambda a, b: (a - b) ** 2), ("absolute", lambda a, b: np.abs(a - b))]:
+    pairs = [("squared", lambda a, b: (a - b) ** 2), ("absolute", lambda a, b: np.abs(a - b))]
+    for name, fn in pairs:
         for eps in [0.5, 3.0]:
             builtin = fit_public(values, probs, eps, name)
             generic = fit_public(values, probs, eps, fn)

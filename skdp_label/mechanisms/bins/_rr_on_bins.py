@@ -156,7 +156,8 @@ class RROnBins(BasePriorMechanism):
                 f"{values[0]:g}."
             )
         if callable(self.loss):
-            probe = values[np.unique(np.linspace(0, values.size - 1, min(values.size, 20)).astype(int))]
+            picks = np.linspace(0, values.size - 1, min(values.size, 20)).astype(int)
+            probe = values[np.unique(picks)]
             with np.errstate(all="ignore"):
                 out = np.asarray(self.loss(probe[:, None], probe[None, :]), dtype=np.float64)
             if out.shape != (probe.size, probe.size) or np.isnan(out).any():
@@ -181,5 +182,6 @@ class RROnBins(BasePriorMechanism):
     def _randomize_column(self, y, rng):
         # Label -> nearest domain value -> its bin -> k-ary RR over the bins.
         bins = self._lookup(y)
-        out = randomized_response_indices(bins, rng.random(bins.shape[0]), self.n_bins_, self._p_keep)
+        u = rng.random(bins.shape[0])
+        out = randomized_response_indices(bins, u, self.n_bins_, self._p_keep)
         return self.output_values_[out]
