@@ -145,6 +145,21 @@ def test_bin_structure():
         assert mech.output_values_[j] == pytest.approx(np.dot(w, values) / w.sum(), rel=1e-12)
 
 
+@pytest.mark.parametrize("loss", ["squared", "absolute", "poisson"])
+def test_masses_below_prefix_sum_resolution(loss):
+    # Bins whose mass vanishes next to the running prefix sum (w = 0 in
+    # floating point) must not poison the dynamic program with 0 / 0.
+    rng = np.random.default_rng(13)
+    for eps in [0.3, 2.0, 8.0]:
+        values = np.sort(rng.choice(np.arange(60), size=14, replace=False)).astype(float)
+        probs = rng.dirichlet(np.full(14, 0.5))
+        probs[rng.choice(14, size=6, replace=False)] = [1e-300, 1e-30, 1e-20, 1e-18, 1e-250, 1e-17]
+        probs /= probs.sum()
+        ref, _, _ = alg2(values, probs, eps, loss)
+        mech = fit_public(values, probs, eps, loss)
+        assert mech.noisy_label_loss_ == pytest.approx(ref, rel=1e-9)
+
+
 def test_zero_mass_labels_go_to_nearest_bin():
     values = np.arange(10.0)
     probs = np.array([0.3, 0.0, 0.2, 0.0, 0.0, 0.0, 0.1, 0.0, 0.4, 0.0])

@@ -140,6 +140,9 @@ def _compensated_prefix(x):
 @numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _cost_squared(r, i, lam, P, Z1, Z2, par):
     w = P[i] - P[r]
+    if w <= 0.0:
+        # Mass below the resolution of the prefix sums: the bin adds nothing.
+        return par[2]
     s1 = Z1[i] - Z1[r]
     m = s1 / w
     within = Z2[i] - Z2[r] - s1 * m
@@ -161,7 +164,12 @@ def _cost_poisson(r, i, lam, P, Z1, Z2, par):
     c = par[3]
     w = P[i] - P[r]
     s1 = Z1[i] - Z1[r]
-    dm = s1 / w  # m_S - c
+    if w <= 0.0:  # mass below the resolution of the prefix sums
+        w = 0.0
+        s1 = 0.0
+        dm = 0.0
+    else:
+        dm = s1 / w  # m_S - c
     dv = (ptot * mu_c + lam * s1) / (ptot + lam * w)  # v - c
     phi, lg = _phi_log1p(dv / c)
     bin_term = (Z2[i] - Z2[r]) + w * (c * phi - dm * lg)
@@ -341,7 +349,8 @@ class _Problem:
         c = float(np.dot(ps, ys) / ptot)
         c += float(np.dot(ps, ys - c) / ptot)
         z = ys - c
-        P = _compensated_prefix(ps)
+        # Non-decreasing, so that no bin gets a negative mass from rounding.
+        P = np.maximum.accumulate(_compensated_prefix(ps))
         Z1 = _compensated_prefix(ps * z)
         mu_c = Z1[K] / ptot
         empty = np.zeros(0)
