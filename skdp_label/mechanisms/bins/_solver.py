@@ -499,6 +499,8 @@ def solve_support(ys, ps, epsilon, loss="squared", coarse=512):
     # Start from the better of one bin and one bin per label.
     candidates = [np.zeros(1, dtype=np.int64), np.arange(K, dtype=np.int64)]
     ratios = [ratio_of(s) for s in candidates]
+    if any(math.isnan(r) for r in ratios):
+        raise FloatingPointError("RR-on-Bins: a bin cost evaluated to NaN.")
     best = int(np.argmin(ratios))
     state = [candidates[best], ratios[best], 0]
 
@@ -509,6 +511,8 @@ def solve_support(ys, ps, epsilon, loss="squared", coarse=512):
             _DP_KERNELS[code](state[1], *args, prune, pos, prev)
             new_starts = pos[_starts_from_prev(prev)]
             new_t = ratio_of(new_starts)
+            if math.isnan(new_t):
+                raise FloatingPointError("RR-on-Bins: a bin cost evaluated to NaN.")
             if not new_t < state[1] - 4e-16 * abs(state[1]):
                 return
             state[0], state[1] = new_starts, new_t
