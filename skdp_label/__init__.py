@@ -1,7 +1,14 @@
 """skdp_label: scikit-learn tools for learning with label differential privacy."""
 
 from ._accountant import BudgetAccountant, BudgetExceededError
+from .estimators import LabelDPClassifier, LabelDPRegressor
 
 __version__ = "0.1.0.dev0"
 
-__all__ = ["BudgetAccountant", "BudgetExceededError", "__version__"]
+__all__ = [
+    "BudgetAccountant",
+    "BudgetExceededError",
+    "LabelDPClassifier",
+    "LabelDPRegressor",
+    "__version__",
+]

@@ -9,21 +9,24 @@ import numba
 import numpy as np
 
 
-@numba.njit(cache=True, nogil=True)
-def _staircase_magnitude(v, log_b, b, width, r, p_zero, block_mass):
+@numba.njit(cache=True, nogil=True, inline="always")
+def _staircase_magnitude(v, c):
     """Largest m >= 1 with P(Z <= -m) > v for the staircase distribution.
 
-    ``p_zero`` is P(Z = 0); the one-sided weight of i = k*width + j is
-    b**k for j < r and b**(k+1) otherwise.
+    ``c`` holds the constants from :func:`_staircase_constants`. The
+    one-sided weight of i = k*width + j is exp(-lam k) for j < r and
+    exp(-lam (k+1)) otherwise.
     """
-    # Block: largest K with the tail from block K on, p0 * b^K * M / (1-b), above v.
-    x = v * (1.0 - b) / (p_zero * block_mass)
-    if x >= 1.0:
-        k = 0
-    else:
-        k = int(np.floor(np.log(x) / log_b))
-    # Within block k: the remaining tail is a piecewise-linear function of j.
-    rest = v / (p_zero * b**k) - b * block_mass / (1.0 - b)
+    lam, width, r, b, block_scale, p_zero, tail_offset = c[0], c[1], c[2], c[3], c[4], c[5], c[6]
+    if v < 2.0**-54:
+        v = 2.0**-54  # u = 0 has probability 2**-53: treat it as the smallest step
+    # Block: largest k whose tail from the block start, p0 e^(-lam k) M / (1 - b), exceeds v.
+    x = v * block_scale
+    k = 0.0 if x >= 1.0 else np.floor(-np.log(x) / lam)
+    if width == 1.0:
+        return k if k >= 1.0 else 1.0  # discrete Laplace: a block is one integer
+    # Within block k the remaining tail is piecewise linear in j.
+    rest = v * np.exp(lam * k) / p_zero - tail_offset
     upper = b * (width - r)
     if rest < upper:
         j = np.ceil(width - rest / b) - 1.0
@@ -34,24 +37,52 @@ def _staircase_magnitude(v, log_b, b, width, r, p_zero, block_mass):
     if j > width - 1.0:
         j = width - 1.0
     m = k * width + j
-    if m < 1.0:
-        m = 1.0
-    return m
+    return m if m >= 1.0 else 1.0
 
 
 @numba.njit(cache=True, nogil=True)
-def staircase_noise(u, b, width, r):
+def _staircase_constants(lam, width, r):
+    """(lam, width, r, b, (1-b)/(p0 M), p0, b M/(1-b), P(Z <= -1)) of the staircase."""
+    one_minus_b = -np.expm1(-lam)
+    b = np.exp(-lam)
+    block_mass = r + b * (width - r)
+    p_zero = one_minus_b / (2.0 * block_mass - one_minus_b)
+    c = np.empty(8)
+    c[0], c[1], c[2], c[3] = lam, width, r, b
+    c[4] = one_minus_b / (p_zero * block_mass)
+    c[5] = p_zero
+    c[6] = b * block_mass / one_minus_b
+    c[7] = (1.0 - p_zero) / 2.0
+    return c
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _staircase_draw(ui, c):
+    p_neg = c[7]
+    if ui < p_neg:
+        return -_staircase_magnitude(ui, c)
+    if ui >= 1.0 - p_neg:
+        return _staircase_magnitude(1.0 - ui, c)
+    return 0.0
+
+
+@numba.njit(cache=True, nogil=True)
+def staircase_noise(u, lam, width, r):
     """Symmetric discrete staircase noise by inversion, one uniform each.
 
-    P(Z = z) = p0 * w(|z|) with w(k*width + j) = b**k (j < r) or b**(k+1)
-    (r <= j < width); ``width = r = 1`` gives the discrete Laplace
-    distribution P(Z = z) proportional to b**|z|.
+    P(Z = z) = p0 * w(|z|) with w(k*width + j) = exp(-lam k) (j < r) or
+    exp(-lam (k+1)) (r <= j < width); ``width = r = 1`` gives the discrete
+    Laplace distribution P(Z = z) proportional to exp(-lam |z|).
+
+    The decay is passed as the rate ``lam``, not as b = exp(-lam): for the
+    fine grids of continuous mechanisms lam is tiny and b would lose most
+    of its precision (1 - b is computed with expm1).
 
     Parameters
     ----------
     u : ndarray of float64 in [0, 1)
-    b : float in (0, 1)
-        Decay per block, ``exp(-epsilon_per_block)``.
+    lam : float > 0
+        Privacy loss per block (epsilon per block).
     width, r : float
         Block width and length of the high step (integers stored as floats).
 
@@ -59,22 +90,97 @@ def staircase_noise(u, b, width, r):
     -------
     z : ndarray of float64 holding integers
     """
-    block_mass = r + b * (width - r)
-    p_zero = (1.0 - b) / (2.0 * block_mass - (1.0 - b))
-    p_neg = (1.0 - p_zero) / 2.0  # P(Z <= -1)
-    log_b = np.log(b)
+    c = _staircase_constants(lam, width, r)
     out = np.empty(u.shape[0], dtype=np.float64)
     for i in range(u.shape[0]):
+        out[i] = _staircase_draw(u[i], c)
+    return out
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _shift_on_grid(y, z, granularity, clip, lo, hi):
+    """(rint(y / g) + z) * g, clipped to [lo, hi] when ``clip``: an exact float."""
+    v = (np.rint(y / granularity) + z) * granularity
+    if clip:
+        if v < lo:
+            return lo
+        if v > hi:
+            return hi
+    return v
+
+
+@numba.njit(cache=True, nogil=True)
+def staircase_additive(y, u, granularity, lam, width, r, clip, lo, hi):
+    """Labels rounded to the grid plus staircase noise in grid units, clipped.
+
+    Fused in one pass: ``(rint(y / g) + Z) * g``, then clipped to [lo, hi]
+    when ``clip``. Every output is an exact multiple of ``g``.
+    """
+    c = _staircase_constants(lam, width, r)
+    out = np.empty(y.shape[0], dtype=np.float64)
+    for i in range(y.shape[0]):
+        out[i] = _shift_on_grid(y[i], _staircase_draw(u[i], c), granularity, clip, lo, hi)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def staircase_additive_table(y, u, granularity, z_first, cdf, guide, c, clip, lo, hi):
+    """:func:`staircase_additive` by indexed search in a CDF table.
+
+    ``cdf[i] = P(Z <= z_first + i)`` over the bulk of the distribution and
+    ``guide[g]`` is the first index with ``cdf > g / len(guide)``, so each
+    draw costs a multiply and one or two comparisons. Uniforms in the two
+    tails outside the table use the closed-form inversion (constants ``c``).
+    It is the same inversion of the same CDF as :func:`staircase_noise`.
+    """
+    n_guide = guide.shape[0]
+    below = cdf[0]  # P(Z <= z_first); the table starts at z_first
+    above = cdf[cdf.shape[0] - 1]
+    out = np.empty(y.shape[0], dtype=np.float64)
+    for i in range(y.shape[0]):
         ui = u[i]
-        if ui < p_neg:
-            out[i] = -_staircase_magnitude(ui, log_b, b, width, r, p_zero, block_mass)
-        elif ui >= 1.0 - p_neg:
-            v = 1.0 - ui
-            if v <= 0.0:
-                v = 1e-300
-            out[i] = _staircase_magnitude(v, log_b, b, width, r, p_zero, block_mass)
+        if ui < below or ui >= above:
+            z = _staircase_draw(ui, c)
         else:
-            out[i] = 0.0
+            idx = guide[np.int64(ui * n_guide)]
+            while cdf[idx] <= ui:
+                idx += 1
+            z = z_first + idx
+        out[i] = _shift_on_grid(y[i], z, granularity, clip, lo, hi)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def count_outside(y, lo, hi, integer):
+    """How many labels are outside [lo, hi] (or, if ``integer``, not integers)."""
+    bad = 0
+    for i in range(y.shape[0]):
+        v = y[i]
+        if not (lo <= v <= hi) or (integer and v != np.floor(v)):
+            bad += 1
+    return bad
+
+
+@numba.njit(cache=True, nogil=True)
+def randomized_response_contiguous(y, u, lo, n_classes, p_keep):
+    """k-ary RR on labels that are the integers lo, ..., lo + k - 1 (validated).
+
+    Returns noisy labels (not codes) in the dtype of ``y``.
+    """
+    out = np.empty_like(y)
+    scale = (n_classes - 1) / (1.0 - p_keep)
+    for i in range(y.shape[0]):
+        ui = u[i]
+        if ui < p_keep:
+            out[i] = y[i]
+        else:
+            j = np.int64((ui - p_keep) * scale)
+            if j > n_classes - 2:
+                j = n_classes - 2
+            code = np.int64(y[i] - lo) + 1 + j  # < 2k: a subtraction, not a modulo
+            if code >= n_classes:
+                code -= n_classes
+            out[i] = lo + code
     return out
 
 

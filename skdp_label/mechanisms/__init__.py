@@ -8,6 +8,7 @@ from ._base import BaseDiscreteMechanism, BaseLabelMechanism
 from ._prior import BasePriorMechanism
 from ._registry import get_mechanism_class, make_mechanism, mechanism_names
 from .bins import RROnBins
+from .classification import RRTopK, RRWithPrior
 from .classic import (
     DiscreteLaplace,
     DiscreteStaircase,
@@ -20,6 +21,8 @@ from .classic import (
 
 __all__ = [
     "RandomizedResponse",
+    "RRTopK",
+    "RRWithPrior",
     "Laplace",
     "DiscreteLaplace",
     "Staircase",

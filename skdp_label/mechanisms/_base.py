@@ -25,6 +25,7 @@ from abc import ABCMeta, abstractmethod
 from numbers import Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -89,8 +90,17 @@ class BaseLabelMechanism(TransformerMixin, BaseEstimator, metaclass=ABCMeta):
         """Return (labels as a 2-D array, whether the input was 1-D)."""
         if y is None:
             raise ValueError(f"{type(self).__name__} needs the labels y; got None.")
+        if sp.issparse(y):
+            raise TypeError(
+                f"{type(self).__name__} does not support sparse input: pass the labels as a dense array."
+            )
         y_arr = np.asarray(y) if not hasattr(y, "iloc") else y
         one_d = getattr(y_arr, "ndim", 2) == 1
+        if one_d and not reset and getattr(self, "n_features_in_", 1) != 1:
+            raise ValueError(
+                f"Expected {self.n_features_in_} label columns as in fit, got a 1-D array. "
+                "Reshape your data to 2-D with one column per label."
+            )
         if one_d:
             y_arr = np.asarray(y_arr).reshape(-1, 1)
         y2d = validate_data(
@@ -189,8 +199,9 @@ class BaseLabelMechanism(TransformerMixin, BaseEstimator, metaclass=ABCMeta):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.non_deterministic = True
-        tags.input_tags.one_d_array = True
         tags.requires_fit = True
+        # Integer- and class-valued mechanisms take categorical labels.
+        tags.input_tags.categorical = self._label_dtype is None or getattr(self, "_integer", False)
         return tags
 
 

@@ -105,7 +105,7 @@ def noisy_histogram(codes, n_bins, epsilon, rng):
     all-zero histogram (possible at tiny n) becomes uniform.
     """
     counts = np.bincount(codes, minlength=n_bins).astype(np.float64)
-    noise = staircase_noise(rng.random(n_bins), math.exp(-epsilon / 2.0), 1.0, 1.0)
+    noise = staircase_noise(rng.random(n_bins), epsilon / 2.0, 1.0, 1.0)
     noisy = np.maximum(counts + noise, 0.0)
     total = noisy.sum()
     if total <= 0:

@@ -3,25 +3,31 @@
 _REGISTRY = {}
 
 
-def register_mechanism(*names, task):
-    """Class decorator: make a mechanism available under ``names``.
+_CANONICAL = set()
+
+
+def register_mechanism(name, *aliases, task):
+    """Class decorator: make a mechanism available as ``name`` (and aliases).
 
     ``task`` is ``'regression'`` or ``'classification'``.
     """
 
     def decorate(cls):
-        for name in names:
-            if name in _REGISTRY and _REGISTRY[name][0] is not cls:
-                raise ValueError(f"mechanism name {name!r} is registered twice")
-            _REGISTRY[name] = (cls, task)
+        for n in (name, *aliases):
+            if n in _REGISTRY and _REGISTRY[n][0] is not cls:
+                raise ValueError(f"mechanism name {n!r} is registered twice")
+            _REGISTRY[n] = (cls, task)
+        _CANONICAL.add(name)
         return cls
 
     return decorate
 
 
-def mechanism_names(task=None):
-    """Registered names, for one task or all."""
-    return sorted(n for n, (_, t) in _REGISTRY.items() if task in (None, t))
+def mechanism_names(task=None, *, aliases=False):
+    """Registered names (one per mechanism unless ``aliases``), for one task or all."""
+    return sorted(
+        n for n, (_, t) in _REGISTRY.items() if task in (None, t) and (aliases or n in _CANONICAL)
+    )
 
 
 def get_mechanism_class(name, task=None):
@@ -29,7 +35,7 @@ def get_mechanism_class(name, task=None):
     if name not in _REGISTRY or (task is not None and _REGISTRY[name][1] != task):
         raise ValueError(
             f"Unknown {task + ' ' if task else ''}mechanism {name!r}; "
-            f"choose one of {mechanism_names(task)}."
+            f"choose one of {mechanism_names(task, aliases=True)}."
         )
     return _REGISTRY[name][0]
 

@@ -1,7 +1,7 @@
 """Checks on labels and public mechanism inputs (bounds, classes, domains)."""
 
 import math
-from numbers import Real
+from numbers import Number, Real
 
 import numpy as np
 
@@ -69,6 +69,12 @@ def check_classes(classes, owner=""):
 
 def encode_classes(y, classes):
     """Codes of ``y`` in the sorted ``classes``; raise on unknown labels."""
+    if y.dtype == object:
+        for value in y.ravel():
+            if not isinstance(value, (str, Number, np.generic)):
+                raise TypeError(
+                    f"label argument must be a string or a number, got {type(value).__name__}."
+                )
     if classes.dtype.kind in "iuf" and y.dtype.kind in "iuf":
         lo = classes[0]
         if classes.dtype.kind in "iu" and classes[-1] - lo == classes.shape[0] - 1:

@@ -119,11 +119,17 @@ class ExponentialMechanism(BaseDiscreteMechanism):
         elif self.calibration == "standard":
             self.beta_ = eps / (2.0 * span)
         else:
-            # Loss grows with beta, is <= eps at eps / (2 span) and >= eps at eps / span.
+            # The loss grows with beta; it is <= eps at eps / (2 span) (textbook
+            # bound) and >= beta * span (the end-point column), so the answer is
+            # in [eps / (2 span), eps / span].
             def excess(beta):
                 return max_log_ratio(exponential_matrix(grid, beta)) - eps
 
-            beta = optimize.brentq(excess, eps / (2.0 * span), eps / span, xtol=1e-15, rtol=1e-13)
+            hi = eps / span
+            if excess(hi) <= 0:
+                beta = hi
+            else:
+                beta = optimize.brentq(excess, eps / (2.0 * span), hi, xtol=1e-15, rtol=1e-13)
             # Step down until the loss is within budget to float precision.
             while excess(beta) > 0:
                 beta *= 1 - 1e-12

@@ -1,12 +1,15 @@
 """Noise distributions of the additive mechanisms (pure functions).
 
-The symmetric discrete staircase distribution with decay ``b``, block
-``width`` and high-step length ``r`` (000 Def. 24; Geng & Viswanath 2014):
+The symmetric discrete staircase distribution with decay rate ``lam``
+(b = exp(-lam)), block ``width`` and high-step length ``r`` (000 Def. 24;
+Geng & Viswanath 2014):
 
     P(Z = z) = p0 * w(|z|),  w(k * width + j) = b**k (j < r), b**(k + 1) (j >= r),
     p0 = (1 - b) / (2 (r + b (width - r)) - (1 - b)).
 
 ``width = r = 1`` is the discrete Laplace distribution P(Z = z) ∝ b**|z|.
+Functions take ``lam`` rather than ``b``: on fine grids lam is ~1e-13 and
+b = exp(-lam) would carry a relative error of ~1e-3 in 1 - b.
 """
 
 import math
@@ -18,6 +21,7 @@ __all__ = [
     "staircase_pmf",
     "staircase_tail",
     "staircase_moment",
+    "staircase_cdf_table",
     "optimal_staircase_gamma",
     "optimal_discrete_staircase_r",
     "gaussian_sigma",
@@ -25,41 +29,77 @@ __all__ = [
 ]
 
 
-def _p_zero(b, width, r):
-    return (1.0 - b) / (2.0 * (r + b * (width - r)) - (1.0 - b))
+def _p_zero(lam, width, r):
+    one_minus_b = -math.expm1(-lam)
+    return one_minus_b / (2.0 * (r + math.exp(-lam) * (width - r)) - one_minus_b)
 
 
-def staircase_pmf(z, b, width, r):
+def staircase_pmf(z, lam, width, r):
     """P(Z = z) for integer array ``z``."""
     m = np.abs(np.asarray(z, dtype=np.int64))
     k, j = np.divmod(m, int(width))
-    return _p_zero(b, width, r) * np.power(b, k + (j >= r))
+    return _p_zero(lam, width, r) * np.exp(-lam * (k + (j >= r)))
 
 
-def staircase_tail(m, b, width, r):
+def staircase_tail(m, lam, width, r):
     """P(Z >= m) for integer array ``m`` (any sign)."""
     m = np.asarray(m, dtype=np.int64)
     width = int(width)
+    b = math.exp(-lam)
     block_mass = r + b * (width - r)
-    p0 = _p_zero(b, width, r)
+    p0 = _p_zero(lam, width, r)
 
     def upper(mm):  # P(Z >= mm) for mm >= 1
         k, j = np.divmod(mm, width)
         within = np.where(j < r, (r - j) + b * (width - r), b * (width - j))
-        return p0 * (np.power(b, k) * within + np.power(b, k + 1) * block_mass / (1.0 - b))
+        return p0 * np.exp(-lam * k) * (within + b * block_mass / -math.expm1(-lam))
 
     pos = m >= 1
     return np.where(pos, upper(np.maximum(m, 1)), 1.0 - upper(np.maximum(1 - m, 1)))
 
 
-def staircase_moment(b, width, r, power, tol=1e-16):
+def staircase_cdf_table(lam, width, r, min_probability=1e-7, max_entries=1 << 18):
+    """CDF table and guide table for sampling the staircase by indexed search.
+
+    Covers the z whose probability is at least ``min_probability`` (there the
+    differences of float64 CDF values are accurate to ~1e-9 relative); the
+    tails outside are sampled by the closed-form inversion. Returns None when
+    the table would exceed ``max_entries``.
+
+    Returns
+    -------
+    z_first : int
+        The value of the first entry minus one (the entry cdf[0] is
+        P(Z <= z_first), the table's lower edge).
+    cdf : ndarray
+        ``cdf[i] = P(Z <= z_first + i)``.
+    guide : ndarray of int64
+        ``guide[g]`` = first i with ``cdf[i] > g / len(guide)``.
+    """
+    p0 = _p_zero(lam, width, r)
+    if p0 < min_probability:
+        return None
+    # Blocks decay by e^-lam; the bulk ends where even the high step is below the floor.
+    n_blocks = math.floor(math.log(p0 / min_probability) / lam) + 1
+    half = n_blocks * int(width)
+    if 2 * half + 2 > max_entries:
+        return None
+    z = np.arange(-half - 1, half + 1, dtype=np.int64)
+    cdf = np.where(z < 0, staircase_tail(-z, lam, width, r), 1.0 - staircase_tail(z + 1, lam, width, r))
+    n_guide = 1 << max(int(len(cdf) - 1).bit_length(), 4)
+    guide = np.searchsorted(cdf, np.arange(n_guide) / n_guide, side="right").astype(np.int64)
+    return int(z[0]), cdf, guide
+
+
+def staircase_moment(lam, width, r, power, tol=1e-16):
     """E|Z|**power (power 1 or 2) of the staircase distribution, exactly summed.
 
     ``r`` may be an array (one moment per value). The sum over blocks stops
     once the remaining geometric tail is below ``tol`` relative.
     """
     r = np.asarray(r, dtype=np.float64)
-    n_blocks = int(math.ceil(math.log(tol) / math.log(b))) + 1
+    b = math.exp(-lam)
+    n_blocks = int(math.ceil(-math.log(tol) / lam)) + 1
     k = np.arange(n_blocks, dtype=np.float64)[:, None]
 
     def power_sum(lo, hi):  # sum of i**power for integers lo <= i < hi
@@ -71,7 +111,8 @@ def staircase_moment(b, width, r, power, tol=1e-16):
     high = power_sum(start, start + r)
     low = power_sum(start + r, start + width)
     total = np.sum(b**k * (high + b * low), axis=0)
-    return 2.0 * _p_zero(b, width, r) * total
+    one_minus_b = -math.expm1(-lam)
+    return 2.0 * one_minus_b / (2.0 * (r + b * (width - r)) - one_minus_b) * total
 
 
 def optimal_staircase_gamma(epsilon, loss="squared"):
@@ -90,7 +131,6 @@ def optimal_staircase_gamma(epsilon, loss="squared"):
 def optimal_discrete_staircase_r(epsilon, width, loss="squared"):
     """Integer r in [1, width] minimising E|Z| or E[Z^2] of the staircase."""
     power = 2 if loss == "squared" else 1
-    b = math.exp(-epsilon)
     width = int(width)
     if width <= 20_000:
         candidates = np.arange(1, width + 1)
@@ -98,7 +138,7 @@ def optimal_discrete_staircase_r(epsilon, width, loss="squared"):
         # The cost is unimodal in r near gamma* width: search a window there.
         centre = int(round(optimal_staircase_gamma(epsilon, loss) * width))
         candidates = np.unique(np.clip(np.arange(centre - 50, centre + 51), 1, width))
-    costs = staircase_moment(b, width, candidates, power)
+    costs = staircase_moment(epsilon, width, candidates, power)
     return int(candidates[int(np.argmin(costs))])
 
 

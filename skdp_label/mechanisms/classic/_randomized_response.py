@@ -4,7 +4,11 @@ import math
 
 import numpy as np
 
-from ..._kernels._sampling import randomized_response_indices
+from ..._kernels._sampling import (
+    count_outside,
+    randomized_response_contiguous,
+    randomized_response_indices,
+)
 from .._base import BaseDiscreteMechanism
 from .._registry import register_mechanism
 from .._validation import check_classes, encode_classes
@@ -56,7 +60,7 @@ class RandomizedResponse(BaseDiscreteMechanism):
     >>> rr = RandomizedResponse(epsilon=2.0, classes=["cat", "dog", "eel"], random_state=0)
     >>> rr.fit_transform(["cat", "dog", "dog", "eel"]).shape
     (4,)
-    >>> round(rr.transition_matrix_[0, 0], 4)
+    >>> round(float(rr.transition_matrix_[0, 0]), 4)  # e^2 / (e^2 + 2)
     0.787
     """
 
@@ -70,8 +74,21 @@ class RandomizedResponse(BaseDiscreteMechanism):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.classes = classes
 
+    def _contiguous_integer_classes(self, classes):
+        """(lo, k) if the classes are the integers lo..lo+k-1, else None."""
+        if classes.dtype.kind in "iu" and int(classes[-1]) - int(classes[0]) == classes.shape[0] - 1:
+            return int(classes[0]), classes.shape[0]
+        return None
+
     def _check_label_values(self, y):
-        encode_classes(y.ravel(), check_classes(self.classes, owner=type(self).__name__))
+        classes = check_classes(self.classes, owner=type(self).__name__)
+        flat = y.ravel()
+        contiguous = self._contiguous_integer_classes(classes)
+        if contiguous is not None and flat.dtype.kind in "iuf":
+            lo, k = contiguous
+            if not count_outside(flat, lo, lo + k - 1, True):
+                return  # one pass, no allocation: the common case
+        encode_classes(flat, classes)  # raises with details
 
     def _fit_mechanism(self, y):
         classes = check_classes(self.classes)
@@ -80,7 +97,15 @@ class RandomizedResponse(BaseDiscreteMechanism):
         self.transition_matrix_ = randomized_response_matrix(classes.shape[0], float(self.epsilon))
 
     def _randomize_column(self, y, rng):
-        codes = encode_classes(y, self.input_values_)
         k = self.input_values_.shape[0]
-        out = randomized_response_indices(codes, rng.random(codes.shape[0]), k, self.transition_matrix_[0, 0])
-        return self.output_values_[out]
+        p_keep = self.transition_matrix_[0, 0]
+        contiguous = self._contiguous_integer_classes(self.input_values_)
+        if contiguous is not None and y.dtype.kind in "iuf":
+            # Labels were validated: they are the integers lo..lo+k-1.
+            return randomized_response_contiguous(y, rng.random(y.shape[0]), contiguous[0], k, p_keep)
+        codes = encode_classes(y, self.input_values_)
+        out = randomized_response_indices(codes, rng.random(codes.shape[0]), k, p_keep)
+        noisy = self.output_values_[out]
+        if y.dtype.kind in "iuf" and noisy.dtype.kind in "iuf":
+            noisy = noisy.astype(y.dtype)  # numeric labels keep their dtype
+        return noisy

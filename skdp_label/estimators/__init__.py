@@ -1,0 +1,23 @@
+"""Meta-estimators that train scikit-learn models on label-DP labels."""
+
+from ._classifier import LabelDPClassifier
+from ._regressor import LabelDPRegressor
+from ._tables import classification_table
+from ._scorers import (
+    debiased_accuracy,
+    debiased_accuracy_scorer,
+    unbiased_mse,
+    unbiased_mse_scorer,
+    unbiased_square_estimator,
+)
+
+__all__ = [
+    "LabelDPClassifier",
+    "LabelDPRegressor",
+    "unbiased_mse",
+    "unbiased_mse_scorer",
+    "debiased_accuracy",
+    "debiased_accuracy_scorer",
+    "unbiased_square_estimator",
+    "classification_table",
+]

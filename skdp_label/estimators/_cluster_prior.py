@@ -1,0 +1,48 @@
+"""Label priors from clusters of the public features (004, Algorithm 4)."""
+
+import numpy as np
+from sklearn.cluster import KMeans
+
+from ..mechanisms._prior import noisy_histogram
+
+__all__ = ["feature_clusters", "cluster_priors"]
+
+
+def feature_clusters(X, n_clusters, rng):
+    """k-means cluster of each example, from the public features only (free)."""
+    n_clusters = min(int(n_clusters), X.shape[0])
+    kmeans = KMeans(n_clusters=n_clusters, n_init=3, random_state=int(rng.integers(2**31 - 1)))
+    return kmeans.fit_predict(np.asarray(X, dtype=np.float64)), n_clusters
+
+
+def cluster_priors(cluster_of, n_clusters, codes, n_classes, epsilon, rng):
+    """epsilon-DP per-example priors: a noisy class histogram per cluster.
+
+    Each example's label falls in exactly one cluster's histogram, and
+    changing it moves one count out of one bin and into another (L1
+    sensitivity 2), so discrete Laplace noise of scale 2 / epsilon on every
+    count makes the set of histograms epsilon-DP (parallel composition over
+    clusters). The caller charges ``epsilon``.
+
+    Parameters
+    ----------
+    cluster_of : ndarray of int, shape (n_samples,)
+        From :func:`feature_clusters`.
+    n_clusters : int
+    codes : ndarray of int, shape (n_samples,)
+        Private class codes in ``range(n_classes)``.
+    n_classes : int
+    epsilon : float
+    rng : numpy Generator
+
+    Returns
+    -------
+    priors : ndarray of shape (n_samples, n_classes)
+        The noisy normalised histogram of each example's cluster.
+    histograms : ndarray of shape (n_clusters, n_classes)
+        The noisy normalised histograms (safe to keep: they are DP).
+    """
+    histograms = np.stack(
+        [noisy_histogram(codes[cluster_of == c], n_classes, epsilon, rng) for c in range(n_clusters)]
+    )
+    return histograms[cluster_of], histograms

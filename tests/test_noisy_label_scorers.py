@@ -1,0 +1,153 @@
+"""Scorers that never see true labels: unbiasedness and model selection on data."""
+
+import math
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.datasets import load_digits
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.model_selection import GridSearchCV, KFold
+
+from skdp_label.estimators import (
+    debiased_accuracy,
+    debiased_accuracy_scorer,
+    unbiased_mse,
+    unbiased_mse_scorer,
+    unbiased_square_estimator,
+)
+from skdp_label.mechanisms import (
+    DiscreteLaplace,
+    ExponentialMechanism,
+    Gaussian,
+    Laplace,
+    RandomizedResponse,
+    RRTopK,
+    Staircase,
+)
+from skdp_label.mechanisms._base import BaseDiscreteMechanism
+
+
+class _DebiasedBinaryRR(BaseDiscreteMechanism):
+    """Binary RR on {0, 1}, outputs rescaled so that E[y~ | y] = y (a test double
+    for the discrete, transition-matrix path)."""
+
+    def __init__(self, epsilon=1.0, *, accountant=None, random_state=None):
+        super().__init__(epsilon, accountant=accountant, random_state=random_state)
+
+    def _fit_mechanism(self, y):
+        p = math.exp(self.epsilon) / (1 + math.exp(self.epsilon))
+        self.input_values_ = np.array([0.0, 1.0])
+        # Outputs deliberately unsorted: columns follow output_values_.
+        self.output_values_ = np.array([p, -(1 - p)]) / (2 * p - 1)
+        self.transition_matrix_ = np.array([[1 - p, p], [p, 1 - p]])
+
+
+@pytest.mark.parametrize(
+    "mech",
+    [
+        Laplace(1.0, bounds=(0.0, 1.0), clip=False),
+        DiscreteLaplace(1.0, bounds=(0, 5), clip=False),
+        Staircase(1.0, bounds=(0.0, 1.0), clip=False),
+        Gaussian(1.0, bounds=(0.0, 1.0), clip=False),
+    ],
+    ids=lambda m: type(m).__name__,
+)
+def test_square_estimator_is_unbiased_for_additive_noise(mech):
+    y = np.full(300_000, 1.0)
+    mech = clone(mech).set_params(random_state=0)
+    y_noisy = mech.fit_transform(y)
+    h = unbiased_square_estimator(mech)(y_noisy)
+    # E[h] = y^2 = 1 within 5 standard errors
+    assert abs(h.mean() - 1.0) < 5 * h.std() / math.sqrt(y.size)
+    # and the naive noisy square is off by the whole noise variance
+    assert (y_noisy**2).mean() - 1.0 > 20 * h.std() / math.sqrt(y.size)
+
+
+def test_square_estimator_exact_for_a_discrete_unbiased_mechanism():
+    mech = _DebiasedBinaryRR(0.7).fit([0.0, 1.0])
+    h = unbiased_square_estimator(mech)
+    values = h(mech.output_values_)
+    np.testing.assert_allclose(mech.transition_matrix_ @ values, [0.0, 1.0], atol=1e-12)
+    np.testing.assert_allclose(h(mech.output_values_[::-1]), values[::-1])
+    with pytest.raises(ValueError, match="output values"):
+        h(np.array([0.5]))
+
+
+@pytest.mark.parametrize(
+    "mech",
+    [Laplace(1.0, bounds=(0.0, 1.0)), ExponentialMechanism(1.0, bounds=(0, 5), resolution=1.0)],
+    ids=["clipped-laplace", "exponential"],
+)
+def test_biased_mechanisms_are_refused(mech):
+    mech.fit([0.5])
+    with pytest.raises(ValueError, match="bias"):
+        unbiased_mse_scorer(mech)
+
+
+def test_debiased_accuracy_is_exact_in_expectation():
+    rr = RandomizedResponse(1.0, classes=[0, 1, 2, 3]).fit([0])
+    inverse = np.linalg.inv(rr.transition_matrix_)
+    # E[G[y~, f] | y] = 1{f = y} for every (y, f): the estimate's expectation is the accuracy.
+    np.testing.assert_allclose(rr.transition_matrix_ @ inverse, np.eye(4), atol=1e-12)
+    top_k = RRTopK(1.0, classes=[0, 1, 2, 3], k=2).fit([0])
+    with pytest.raises(ValueError, match="singular"):
+        debiased_accuracy([0, 1], [0, 1], top_k)
+
+
+def _per_fold_scores(estimator, X, y_noisy, y_true, score_noisy, score_true, folds):
+    noisy, true = [], []
+    for train, test in folds:
+        model = clone(estimator).fit(X[train], y_noisy[train])
+        pred = model.predict(X[test])
+        noisy.append(score_noisy(y_noisy[test], pred))
+        true.append(score_true(y_true[test], pred))
+    return np.mean(noisy), np.mean(true)
+
+
+def test_regression_model_selection_on_noisy_labels_matches_true_labels():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(5000, 5))
+    y = np.clip(X @ [1.5, -1.0, 0.5, 0.0, 2.0] + 5.0 + rng.normal(size=5000), 0.0, 10.0)
+    mech = Laplace(4.0, bounds=(0.0, 10.0), clip=False, random_state=1)
+    y_noisy = mech.fit_transform(y)  # the single release
+    folds = list(KFold(4, shuffle=True, random_state=0).split(X))
+    alphas = [0.01, 3000.0, 20000.0, 1e6]
+    estimates, truths = [], []
+    for alpha in alphas:
+        est, true = _per_fold_scores(
+            Ridge(alpha=alpha), X, y_noisy, y,
+            lambda yn, p: unbiased_mse(yn, p, mech), lambda yt, p: np.mean((yt - p) ** 2), folds,
+        )
+        estimates.append(est)
+        truths.append(true)
+    assert np.argmin(estimates) == np.argmin(truths) == 0
+    assert np.argsort(estimates).tolist() == np.argsort(truths).tolist()
+    np.testing.assert_allclose(estimates, truths, atol=0.6)  # the level, not only the ranking
+    # GridSearchCV with the scorer picks the same alpha without touching y.
+    search = GridSearchCV(Ridge(), {"alpha": alphas}, cv=KFold(4, shuffle=True, random_state=0),
+                          scoring=unbiased_mse_scorer(mech)).fit(X, y_noisy)
+    assert search.best_params_["alpha"] == alphas[int(np.argmin(truths))]
+    np.testing.assert_allclose(-search.cv_results_["mean_test_score"], estimates, rtol=1e-9)
+
+
+def test_classification_model_selection_on_noisy_labels_matches_true_labels():
+    X, y = load_digits(return_X_y=True)
+    X = X / 16.0
+    rr = RandomizedResponse(2.0, classes=np.arange(10), random_state=0)
+    y_noisy = rr.fit_transform(y)
+    cv = KFold(3, shuffle=True, random_state=0)
+    Cs = [1e-4, 0.03, 3.0]
+    estimates, truths = [], []
+    for C in Cs:
+        est, true = _per_fold_scores(
+            LogisticRegression(C=C, max_iter=300), X, y_noisy, y,
+            lambda yn, p: debiased_accuracy(yn, p, rr), lambda yt, p: np.mean(yt == p), cv.split(X),
+        )
+        estimates.append(est)
+        truths.append(true)
+    assert np.argmax(estimates) == np.argmax(truths)
+    np.testing.assert_allclose(estimates, truths, atol=0.08)
+    search = GridSearchCV(LogisticRegression(max_iter=300), {"C": Cs}, cv=cv,
+                          scoring=debiased_accuracy_scorer(rr)).fit(X, y_noisy)
+    assert search.best_params_["C"] == Cs[int(np.argmax(truths))]
