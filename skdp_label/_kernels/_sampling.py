@@ -168,7 +168,8 @@ def randomized_response_contiguous(y, u, lo, n_classes, p_keep):
     Returns noisy labels (not codes) in the dtype of ``y``.
     """
     out = np.empty_like(y)
-    scale = (n_classes - 1) / (1.0 - p_keep)
+    # p_keep rounds to 1 at very large epsilon: no uniform then falls past it.
+    scale = (n_classes - 1) / (1.0 - p_keep) if p_keep < 1.0 else 0.0
     for i in range(y.shape[0]):
         ui = u[i]
         if ui < p_keep:
