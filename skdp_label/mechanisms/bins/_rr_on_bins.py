@@ -5,7 +5,6 @@ import math
 import numpy as np
 from sklearn.utils._param_validation import StrOptions
 
-from ..._kernels._sampling import randomized_response_indices
 from .._prior import BasePriorMechanism
 from .._registry import register_mechanism
 from ._sampling import BinLookup
@@ -181,7 +180,4 @@ class RROnBins(BasePriorMechanism):
 
     def _randomize_column(self, y, rng):
         # Label -> nearest domain value -> its bin -> k-ary RR over the bins.
-        bins = self._lookup(y)
-        u = rng.random(bins.shape[0])
-        out = randomized_response_indices(bins, u, self.n_bins_, self._p_keep)
-        return self.output_values_[out]
+        return self._lookup.sample(y, rng.random(y.shape[0]), self.output_values_, self._p_keep)
