@@ -178,6 +178,12 @@ class RROnBins(BasePriorMechanism):
             prior_values, prior_probabilities, bin_values, self.transition_matrix_, self.loss
         )
 
+    def _encode_labels(self, y):
+        # nearest_domain_index (ties up, clipped), by the bucket table: the
+        # histogram of the private prior encodes every label.
+        k = self.input_values_.shape[0]
+        return BinLookup(self.input_values_, np.arange(k))(y)
+
     def _randomize_column(self, y, rng):
         # Label -> nearest domain value -> its bin -> k-ary RR over the bins.
         return self._lookup.sample(y, rng.random(y.shape[0]), self.output_values_, self._p_keep)
