@@ -131,7 +131,7 @@ def table_sampling(n):
     for k, eps in [(401, 1.0), (2000, 4.0), (10000, 8.0)]:
         values, probs = criteo_like_prior(k)
         dt, mech = best_time(
-            lambda: RROnBins(epsilon=eps, prior=(values, probs), random_state=0).fit(values[:1]), 1
+            lambda: RROnBins(epsilon=eps, prior=(values, probs), random_state=0).fit(values[:1]), 3
         )
         print(f"  fit k={k}, eps={eps:g} (solver, matrix, loss): {dt * 1e3:.1f} ms, "
               f"{mech.n_bins_} bins")
