@@ -86,7 +86,8 @@ class BinLookup:
         """Bin index of each label."""
         y = np.ascontiguousarray(y, dtype=np.float64)
         codes = np.empty(y.shape[0], dtype=np.int64)
-        _lookup(y, *self._tables(), y[:0], y[:0], 0.0, codes, y[:0])
+        none = np.empty(0)
+        _lookup(y, *self._tables(), none, none, 0.0, codes, none)
         return codes
 
     def sample(self, y, u, outputs, p_keep):
@@ -95,5 +96,6 @@ class BinLookup:
         y = np.ascontiguousarray(y, dtype=np.float64)
         out = np.empty(y.shape[0])
         outputs = np.ascontiguousarray(outputs, dtype=np.float64)
+        u = np.ascontiguousarray(u, dtype=np.float64)
         _lookup(y, *self._tables(), u, outputs, p_keep, np.empty(0, dtype=np.int64), out)
         return out
