@@ -130,6 +130,22 @@ def test_optimal_among_all_dp_mechanisms(loss):
             assert ours == pytest.approx(lp_grid, rel=1e-7, abs=1e-9)
 
 
+def test_bin_cost_is_not_monge():
+    """Why the solver does not use Knuth / SMAWK: the bin cost of 000's Alg. 2
+    violates the quadrangle inequality c(a,c) + c(b,d) <= c(a,d) + c(b,c)."""
+    from alg2_reference import bin_loss_table
+
+    rng = np.random.default_rng(14)
+    worst = 0.0
+    for _ in range(20):
+        values, probs = random_prior(rng, 7)
+        L, _ = bin_loss_table(values, probs, 2.0, "squared")  # L[r, i]: bin y^r..y^i
+        for a, b, c, d in itertools.combinations(range(7), 4):
+            excess = L[a, c] + L[b, d] - L[a, d] - L[b, c]
+            worst = max(worst, excess / L[a, d])
+    assert worst > 1e-3
+
+
 def test_bin_structure():
     rng = np.random.default_rng(3)
     values, probs = random_prior(rng, 12)
