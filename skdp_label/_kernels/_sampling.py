@@ -168,7 +168,8 @@ def randomized_response_contiguous(y, u, lo, n_classes, p_keep):
     Returns noisy labels (not codes) in the dtype of ``y``.
     """
     out = np.empty_like(y)
-    scale = (n_classes - 1) / (1.0 - p_keep)
+    # p_keep rounds to 1 at very large epsilon: no uniform then falls past it.
+    scale = (n_classes - 1) / (1.0 - p_keep) if p_keep < 1.0 else 0.0
     for i in range(y.shape[0]):
         ui = u[i]
         if ui < p_keep:
@@ -184,20 +185,34 @@ def randomized_response_contiguous(y, u, lo, n_classes, p_keep):
     return out
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def rr_scale(n_classes, p_keep):
+    """Factor turning a uniform in [p_keep, 1) into one of the other classes."""
+    # p_keep rounds to 1 at very large epsilon: no uniform then falls past it.
+    return (n_classes - 1) / (1.0 - p_keep) if n_classes > 1 and p_keep < 1.0 else 0.0
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def rr_code(code, ui, n_classes, p_keep, scale):
+    """k-ary RR of one class code with one uniform (``scale = rr_scale(...)``)."""
+    if ui < p_keep or n_classes == 1:
+        return code
+    j = np.int64((ui - p_keep) * scale)
+    if j > n_classes - 2:
+        j = n_classes - 2
+    out = code + 1 + j  # < 2k: a subtraction, not a modulo
+    if out >= n_classes:
+        out -= n_classes
+    return out
+
+
 @numba.njit(cache=True, nogil=True)
 def randomized_response_indices(codes, u, n_classes, p_keep):
     """k-ary randomized response on class codes, one uniform each."""
     out = np.empty(codes.shape[0], dtype=np.int64)
-    scale = (n_classes - 1) / (1.0 - p_keep) if n_classes > 1 else 0.0
+    scale = rr_scale(n_classes, p_keep)
     for i in range(codes.shape[0]):
-        ui = u[i]
-        if ui < p_keep or n_classes == 1:
-            out[i] = codes[i]
-        else:
-            j = int((ui - p_keep) * scale)
-            if j > n_classes - 2:
-                j = n_classes - 2
-            out[i] = (codes[i] + 1 + j) % n_classes
+        out[i] = rr_code(codes[i], u[i], n_classes, p_keep, scale)
     return out
 
 

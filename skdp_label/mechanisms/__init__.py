@@ -7,6 +7,7 @@ select them by name through :func:`get_mechanism_class`.
 from ._base import BaseDiscreteMechanism, BaseLabelMechanism
 from ._prior import BasePriorMechanism
 from ._registry import get_mechanism_class, make_mechanism, mechanism_names
+from .bins import RROnBins
 from .classification import RRTopK, RRWithPrior
 from .classic import (
     DiscreteLaplace,
@@ -28,6 +29,7 @@ __all__ = [
     "DiscreteStaircase",
     "Gaussian",
     "ExponentialMechanism",
+    "RROnBins",
     "BaseLabelMechanism",
     "BaseDiscreteMechanism",
     "BasePriorMechanism",
