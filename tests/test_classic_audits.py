@@ -184,26 +184,40 @@ def test_clipping_keeps_outputs_in_bounds():
 @pytest.mark.parametrize(
     "lam,width,r", [(1 / 400, 1, 1), (0.05, 1, 1), (1.0, 7, 3), (0.3, 50, 50), (3.0, 1, 1)]
 )
-def test_table_sampler_is_the_same_inversion(lam, width, r):
-    """Indexed search in the CDF table and closed-form inversion agree draw by draw."""
-    from skdp_label._kernels._sampling import (
-        _staircase_constants,
-        staircase_additive,
-        staircase_additive_table,
+def test_alias_table_is_the_staircase_bulk(lam, width, r):
+    """The alias table samples exactly the staircase pmf on its bulk, and the
+    closed-form tails start right where the bulk ends."""
+    from skdp_label.mechanisms.classic._noise import (
+        alias_table_probabilities,
+        staircase_alias_table,
+        staircase_tail,
     )
-    from skdp_label.mechanisms.classic._noise import staircase_cdf_table
 
-    u = np.random.default_rng(0).random(200_000)
-    # Put draws on both table edges and in the far tails too.
-    z_first, cdf, guide = staircase_cdf_table(lam, width, r)
-    u[:4] = [cdf[0] * 0.5, cdf[0], cdf[-1], 1 - (1 - cdf[-1]) * 0.5]
-    y = np.zeros_like(u)
-    direct = staircase_additive(y, u, 1.0, lam, float(width), float(r), False, 0.0, 0.0)
-    table = staircase_additive_table(
-        y, u, 1.0, z_first, cdf, guide, _staircase_constants(lam, float(width), float(r)), False, 0.0, 0.0
-    )
-    assert np.mean(direct == table) > 0.9999  # differ only where float CDFs tie-break
-    assert np.max(np.abs(direct - table)) <= 1
+    z_first, below, above, prob, alias = staircase_alias_table(lam, width, r)
+    z = z_first + np.arange(prob.shape[0])
+    bulk = staircase_pmf(z, lam, width, r)
+    np.testing.assert_allclose(below, staircase_tail(np.array([1 - z_first]), lam, width, r)[0], rtol=1e-12)
+    np.testing.assert_allclose(above - below, bulk.sum(), rtol=1e-12)
+    implied = alias_table_probabilities(prob, alias) * (above - below)
+    np.testing.assert_allclose(implied, bulk, rtol=1e-8)
+
+
+@pytest.mark.parametrize("lam,width,r", [(0.5, 1, 1), (1.0, 4, 2)])
+def test_alias_sampler_matches_pmf_including_tails(lam, width, r):
+    from skdp_label._kernels._sampling import _staircase_constants, staircase_additive_alias
+    from skdp_label.mechanisms.classic._noise import staircase_alias_table
+
+    # A coarse bulk (min_probability 1e-3) so that a fair share of draws hits the tails.
+    table = staircase_alias_table(lam, width, r, min_probability=1e-3)
+    u = np.random.default_rng(1).random(400_000)
+    noise = staircase_additive_alias(
+        np.zeros_like(u), u, 1.0, *table, _staircase_constants(lam, float(width), float(r)), False, 0.0, 0.0
+    ).astype(np.int64)
+    outside = (noise < table[0]) | (noise >= table[0] + table[3].shape[0])
+    assert outside.mean() > 0.001  # the tails were exercised
+    values = np.arange(noise.min(), noise.max() + 1)
+    pmf = staircase_pmf(values, lam, width, r)
+    assert chi_square_pvalue(noise, values, pmf / pmf.sum()) > 1e-4
 
 
 def test_unclipped_discrete_laplace_matches_pmf_including_tails():

@@ -98,14 +98,14 @@ def staircase_noise(u, lam, width, r):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _shift_on_grid(y, z, granularity, clip, lo, hi):
-    """(rint(y / g) + z) * g, clipped to [lo, hi] when ``clip``: an exact float."""
-    v = (np.rint(y / granularity) + z) * granularity
+def _shift_on_grid(y, z, granularity, inv_granularity, clip, lo, hi):
+    """(rint(y / g) + z) * g, clipped to [lo, hi] when ``clip``: an exact float.
+
+    ``inv_granularity`` is 1 / g, exact because g is a power of two.
+    """
+    v = (np.rint(y * inv_granularity) + z) * granularity
     if clip:
-        if v < lo:
-            return lo
-        if v > hi:
-            return hi
+        v = min(max(v, lo), hi)
     return v
 
 
@@ -117,36 +117,37 @@ def staircase_additive(y, u, granularity, lam, width, r, clip, lo, hi):
     when ``clip``. Every output is an exact multiple of ``g``.
     """
     c = _staircase_constants(lam, width, r)
+    inv_granularity = 1.0 / granularity
     out = np.empty(y.shape[0], dtype=np.float64)
     for i in range(y.shape[0]):
-        out[i] = _shift_on_grid(y[i], _staircase_draw(u[i], c), granularity, clip, lo, hi)
+        z = _staircase_draw(u[i], c)
+        out[i] = _shift_on_grid(y[i], z, granularity, inv_granularity, clip, lo, hi)
     return out
 
 
 @numba.njit(cache=True, nogil=True)
-def staircase_additive_table(y, u, granularity, z_first, cdf, guide, c, clip, lo, hi):
-    """:func:`staircase_additive` by indexed search in a CDF table.
+def staircase_additive_alias(y, u, granularity, z_first, below, above, prob, alias, c, clip, lo, hi):
+    """:func:`staircase_additive` with the bulk of the noise from an alias table.
 
-    ``cdf[i] = P(Z <= z_first + i)`` over the bulk of the distribution and
-    ``guide[g]`` is the first index with ``cdf > g / len(guide)``, so each
-    draw costs a multiply and one or two comparisons. Uniforms in the two
-    tails outside the table use the closed-form inversion (constants ``c``).
-    It is the same inversion of the same CDF as :func:`staircase_noise`.
+    A uniform in [below, above) is rescaled to [0, 1) and drawn through the
+    alias table of the bulk (z_first, z_first + 1, ...): no loop, no
+    logarithm. Uniforms in the two tails use the closed-form inversion
+    (constants ``c``), which maps them to values outside the bulk.
     """
-    n_guide = guide.shape[0]
-    below = cdf[0]  # P(Z <= z_first); the table starts at z_first
-    above = cdf[cdf.shape[0] - 1]
+    k = prob.shape[0]
+    scale = k / (above - below)
+    inv_granularity = 1.0 / granularity
     out = np.empty(y.shape[0], dtype=np.float64)
     for i in range(y.shape[0]):
         ui = u[i]
         if ui < below or ui >= above:
             z = _staircase_draw(ui, c)
         else:
-            idx = guide[np.int64(ui * n_guide)]
-            while cdf[idx] <= ui:
-                idx += 1
-            z = z_first + idx
-        out[i] = _shift_on_grid(y[i], z, granularity, clip, lo, hi)
+            v = (ui - below) * scale
+            j = min(np.int64(v), k - 1)
+            keep = np.int64(v - j < prob[j])  # branch-free select of j or alias[j]
+            z = z_first + alias[j] + keep * (j - alias[j])
+        out[i] = _shift_on_grid(y[i], z, granularity, inv_granularity, clip, lo, hi)
     return out
 
 

@@ -26,7 +26,7 @@ from ..._kernels._sampling import (
     _staircase_constants,
     count_outside,
     staircase_additive,
-    staircase_additive_table,
+    staircase_additive_alias,
     staircase_noise,
 )
 from ...utils._random import power_of_two_grid
@@ -37,7 +37,7 @@ from ._noise import (
     gaussian_sigma,
     optimal_discrete_staircase_r,
     optimal_staircase_gamma,
-    staircase_cdf_table,
+    staircase_alias_table,
     staircase_pmf,
     staircase_tail,
 )
@@ -153,14 +153,13 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
         lo, hi = self._bounds()
         u = rng.random(y.shape[0])
         if y.shape[0] >= 10_000:  # worth building the table
-            table = getattr(self, "_cdf_table", False)
+            table = getattr(self, "_alias_table", False)
             if table is False:
-                table = self._cdf_table = staircase_cdf_table(lam, width, r)
+                table = self._alias_table = staircase_alias_table(lam, width, r)
             if table is not None:
-                z_first, cdf, guide = table
                 constants = _staircase_constants(lam, float(width), float(r))
-                return staircase_additive_table(
-                    y, u, self.granularity_, z_first, cdf, guide, constants, bool(self.clip), lo, hi
+                return staircase_additive_alias(
+                    y, u, self.granularity_, *table, constants, bool(self.clip), lo, hi
                 )
         return staircase_additive(
             y, u, self.granularity_, lam, float(width), float(r), bool(self.clip), lo, hi

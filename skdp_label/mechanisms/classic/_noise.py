@@ -21,7 +21,9 @@ __all__ = [
     "staircase_pmf",
     "staircase_tail",
     "staircase_moment",
-    "staircase_cdf_table",
+    "staircase_alias_table",
+    "alias_table",
+    "alias_table_probabilities",
     "optimal_staircase_gamma",
     "optimal_discrete_staircase_r",
     "gaussian_sigma",
@@ -58,37 +60,67 @@ def staircase_tail(m, lam, width, r):
     return np.where(pos, upper(np.maximum(m, 1)), 1.0 - upper(np.maximum(1 - m, 1)))
 
 
-def staircase_cdf_table(lam, width, r, min_probability=1e-7, max_entries=1 << 18):
-    """CDF table and guide table for sampling the staircase by indexed search.
+def alias_table(probabilities):
+    """Walker/Vose alias table: draw i = floor(v K), keep i if frac < prob[i], else alias[i].
 
-    Covers the z whose probability is at least ``min_probability`` (there the
-    differences of float64 CDF values are accurate to ~1e-9 relative); the
-    tails outside are sampled by the closed-form inversion. Returns None when
-    the table would exceed ``max_entries``.
+    Returns ``(prob, alias)``. The table is exact up to float rounding: the
+    implied probabilities (see :func:`alias_table_probabilities`) match the
+    input to ~1e-16 absolute.
+    """
+    p = np.asarray(probabilities, dtype=np.float64)
+    k = p.shape[0]
+    scaled = p * (k / p.sum())
+    prob = np.ones(k)
+    alias = np.arange(k, dtype=np.int64)
+    small = [i for i in range(k) if scaled[i] < 1.0]
+    large = [i for i in range(k) if scaled[i] >= 1.0]
+    while small and large:
+        s, g = small.pop(), large.pop()
+        prob[s] = scaled[s]
+        alias[s] = g
+        scaled[g] = (scaled[g] + scaled[s]) - 1.0
+        (small if scaled[g] < 1.0 else large).append(g)
+    # Leftovers are 1 up to rounding.
+    return prob, alias
+
+
+def alias_table_probabilities(prob, alias):
+    """The distribution an alias table samples from (for tests)."""
+    k = prob.shape[0]
+    implied = prob.copy()
+    np.add.at(implied, alias, 1.0 - prob)
+    return implied / k
+
+
+def staircase_alias_table(lam, width, r, min_probability=1e-7, max_entries=1 << 18):
+    """Alias table of the bulk of the staircase distribution.
+
+    The bulk is the z whose probability is at least ``min_probability``;
+    the two tails outside it are sampled by closed-form inversion. Returns
+    None when the bulk would exceed ``max_entries``.
 
     Returns
     -------
     z_first : int
-        The value of the first entry minus one (the entry cdf[0] is
-        P(Z <= z_first), the table's lower edge).
-    cdf : ndarray
-        ``cdf[i] = P(Z <= z_first + i)``.
-    guide : ndarray of int64
-        ``guide[g]`` = first i with ``cdf[i] > g / len(guide)``.
+        First value of the bulk.
+    below, above : float
+        P(Z < z_first) and P(Z <= last value of the bulk): a uniform u in
+        [below, above) is rescaled to draw from the bulk.
+    prob, alias : ndarray
+        The alias table of the bulk (normalised).
     """
     p0 = _p_zero(lam, width, r)
     if p0 < min_probability:
         return None
     # Blocks decay by e^-lam; the bulk ends where even the high step is below the floor.
     n_blocks = math.floor(math.log(p0 / min_probability) / lam) + 1
-    half = n_blocks * int(width)
-    if 2 * half + 2 > max_entries:
+    half = n_blocks * int(width) - 1
+    if 2 * half + 1 > max_entries:
         return None
-    z = np.arange(-half - 1, half + 1, dtype=np.int64)
-    cdf = np.where(z < 0, staircase_tail(-z, lam, width, r), 1.0 - staircase_tail(z + 1, lam, width, r))
-    n_guide = 1 << max(int(len(cdf) - 1).bit_length(), 4)
-    guide = np.searchsorted(cdf, np.arange(n_guide) / n_guide, side="right").astype(np.int64)
-    return int(z[0]), cdf, guide
+    z = np.arange(-half, half + 1, dtype=np.int64)
+    below = float(staircase_tail(np.array([half + 1]), lam, width, r)[0])  # P(Z <= -half-1)
+    prob, alias = alias_table(staircase_pmf(z, lam, width, r))
+    return -half, below, 1.0 - below, prob, alias
 
 
 def staircase_moment(lam, width, r, power, tol=1e-16):
