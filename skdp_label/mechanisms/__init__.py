@@ -16,6 +16,7 @@ from .classic import (
     RandomizedResponse,
     Staircase,
 )
+from .unbiased import DebiasedRR, OptimalUnbiased
 
 __all__ = [
     "RandomizedResponse",
@@ -25,6 +26,8 @@ __all__ = [
     "DiscreteStaircase",
     "Gaussian",
     "ExponentialMechanism",
+    "OptimalUnbiased",
+    "DebiasedRR",
     "BaseLabelMechanism",
     "BaseDiscreteMechanism",
     "BasePriorMechanism",
