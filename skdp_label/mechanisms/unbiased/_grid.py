@@ -105,7 +105,8 @@ def optimal_unbiased_grid(values, prior, epsilon, grid):
     center = 0.5 * (y[0] + y[-1])
     half = 0.5 * (y[-1] - y[0]) if y.size > 1 else 1.0
     yn = (y - center) / half
-    zn = (np.asarray(grid, dtype=np.float64) - center) / half
+    grid = np.asarray(grid, dtype=np.float64)
+    zn = (grid - center) / half
     matrix = _grid_lp(yn, p, zn, e)
     # Rebuild every used column from exact staircase rays.
     masks, weights, where = [], [], []
@@ -130,4 +131,4 @@ def optimal_unbiased_grid(values, prior, epsilon, grid):
     used = np.unique(where)
     out = np.zeros((y.size, used.size))
     np.add.at(out.T, np.searchsorted(used, where), (a * weights[None, :]).T)
-    return center + half * zn[used], out
+    return grid[used], out
