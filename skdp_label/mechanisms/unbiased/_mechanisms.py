@@ -1,6 +1,7 @@
 """Unbiased label randomizers for regression (paper 001)."""
 
 import math
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -195,12 +196,24 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
     def _build_mechanism(self, values, probs, epsilon):
         # Small dense problems: BLAS threads only add overhead.
         with threadpool_limits(limits=1, user_api="blas"):
+            lower = float("nan")
             if self.outputs == "continuous":
-                outputs, matrix, lower = optimal_unbiased_continuous(values, probs, epsilon)
+                try:
+                    outputs, matrix, lower = optimal_unbiased_continuous(values, probs, epsilon)
+                    check_exact_mechanism(values, outputs, matrix, epsilon)
+                except RuntimeError as exc:
+                    # Numerically extreme cases (e.g. epsilon >~ 10 with sparse
+                    # priors): fall back to 001's LP on a fine grid.
+                    n_grid = max(8 * values.size, 200)
+                    warnings.warn(
+                        f"continuous solver failed ({exc}); using 001's LP on a "
+                        f"{n_grid}-point grid instead.", RuntimeWarning, stacklevel=3,
+                    )
+                    grid = feasible_output_set(values, epsilon, n_grid)
+                    outputs, matrix = optimal_unbiased_grid(values, probs, epsilon, grid)
             else:
                 grid = feasible_output_set(values, epsilon, self.outputs)
                 outputs, matrix = optimal_unbiased_grid(values, probs, epsilon, grid)
-                lower = float("nan")
         check_exact_mechanism(values, outputs, matrix, epsilon)
         self.output_values_ = outputs
         self.transition_matrix_ = matrix

@@ -349,45 +349,64 @@ def check_exact_mechanism(y, outputs, matrix, epsilon, *, rtol=1e-9):
         raise RuntimeError("transition matrix is not unbiased")
 
 
-def _kkt_polish(y, p, e, cover, t, u, w, *, max_iter=8):
+def _kkt_residual(y, e, a, alpha, beta, gamma, t, u, w):
+    b2 = 2.0 * beta + w @ a
+    z = b2 / (2.0 * alpha)
+    res = np.concatenate([a @ t - 1.0, a @ (t * z) - y, gamma - u @ a - b2 * z / 2.0])
+    return res, z
+
+
+def _kkt_polish(y, p, e, cover, t, u, w, *, max_iter=10):
     """Newton's method on the optimality conditions for fixed patterns.
 
     Unknowns: weights ``t`` of the patterns (columns of ``cover``) and duals
     ``(u, w)``; each pattern's output is ``z_j = argmin_z`` of its reduced
     cost. Equations: rows sum to 1, means equal ``y``, and every kept
-    pattern has zero minimal reduced cost (square: ``2k + m`` each).
-    Returns ``(t, z, u, w)`` or None if Newton's method does not converge.
+    pattern has zero minimal reduced cost (square: ``2k + m`` each). When
+    the optimum is not unique (ties between patterns) the Jacobian is
+    singular and minimum-norm steps are taken. Returns ``(t, z, u, w)``
+    (``t`` may have non-positive entries) or None without convergence.
     """
     k, m = cover.shape
     a = 1.0 + e * cover
     alpha = p @ a
     beta = (p * y) @ a
     gamma = (p * y * y) @ a
-    best = np.inf
-    for _ in range(max_iter + 1):
-        b2 = 2.0 * beta + w @ a
-        z = b2 / (2.0 * alpha)
-        res = np.concatenate([a @ t - 1.0, a @ (t * z) - y, gamma - u @ a - b2 * z / 2.0])
-        size = float(np.abs(res).max())
-        if not np.isfinite(size):
-            return None
-        if size < 1e-15 * (1.0 + float(np.abs(z).max()) ** 2) or size >= 0.5 * best:
+    res, z = _kkt_residual(y, e, a, alpha, beta, gamma, t, u, w)
+    size = float(np.abs(res).max())
+    for _ in range(max_iter):
+        if not np.isfinite(size) or size < 1e-15 * (1.0 + float(np.abs(z).max()) ** 2):
             break
-        best = size
         jac = np.zeros((2 * k + m, m + 2 * k))
         jac[:k, :m] = a
         jac[k : 2 * k, :m] = a * z[None, :]
         jac[k : 2 * k, m + k :] = (a * (t / (2.0 * alpha))[None, :]) @ a.T
         jac[2 * k :, m : m + k] = -a.T
         jac[2 * k :, m + k :] = -(a * z[None, :]).T
-        try:
-            step = np.linalg.solve(jac, -res)
-        except np.linalg.LinAlgError:
-            return None
-        t = t + step[:m]
-        u = u + step[m : m + k]
-        w = w + step[m + k :]
-    if size > 1e-9 * (1.0 + float(np.abs(z).max())) or not np.all(t > 0):
+        new = None
+        for exact in (True, False):
+            try:
+                if exact:
+                    step = np.linalg.solve(jac, -res)
+                else:
+                    step = np.linalg.lstsq(jac, -res, rcond=1e-12)[0]
+            except np.linalg.LinAlgError:
+                continue
+            cand = (t + step[:m], u + step[m : m + k], w + step[m + k :])
+            res_c, z_c = _kkt_residual(y, e, a, alpha, beta, gamma, *cand)
+            size_c = float(np.abs(res_c).max())
+            if np.isfinite(size_c) and size_c < 0.5 * size:
+                new = (cand, res_c, z_c, size_c)
+                break
+        if new is None:
+            break
+        (t, u, w), res, z, size = new
+    # Primal rows are repaired exactly later; the reduced-cost rows carry
+    # cancellation of order e * |z|^2 rounding, so they get that scale.
+    primal = float(np.abs(res[: 2 * k]).max()) if np.isfinite(size) else np.inf
+    dual = float(np.abs(res[2 * k :]).max()) if np.isfinite(size) else np.inf
+    zmax = 1.0 + float(np.abs(z).max())
+    if primal > 1e-9 * zmax or dual > 1e-9 * (1.0 + e) * zmax * zmax:
         return None
     return t, z, u, w
 
@@ -400,12 +419,19 @@ def _support_solution(y, p, e, u, w, t_all, r, mask):
         # Support patterns have t_j >> r_j (t ~ 1, r ~ mu); the others t << r.
         keep = mask & (t_all > ratio * r)
         if not keep.any():
-            return None
+            continue
         ls, rs = np.nonzero(keep)
         cover = (rows >= ls[None, :]) & (rows <= rs[None, :])
-        out = _kkt_polish(y, p, e, cover, t_all[keep], u, w)
-        if out is not None:
-            return cover, out
+        t, uu, ww = t_all[keep], u, w
+        for _ in range(4):
+            out = _kkt_polish(y, p, e, cover, t, uu, ww)
+            if out is None:
+                break
+            if np.all(out[0] > 0):
+                return cover, out
+            # Ties: some patterns are not needed; drop the non-positive ones.
+            pos = out[0] > 0
+            cover, t, uu, ww = cover[:, pos], out[0][pos], out[2], out[3]
     return None
 
 
@@ -446,6 +472,9 @@ def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-
     center = 0.5 * (y[0] + y[-1])
     half = 0.5 * (y[-1] - y[0])
     yn = (y - center) / half
+    # Rounding floor of the certificate: reduced costs are sums of terms
+    # up to e^eps times the (normalised) squared range.
+    slack = 1e-14 * (1.0 + e)
     state = None
     while True:
         u, w, t_all, r, m, state = _primal_dual_path(yn, p, e, tol=tol, state=state)
@@ -455,7 +484,7 @@ def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-
             a = 1.0 + e * cover
             loss = float(p @ ((a * t[None, :]) * (z[None, :] - yn[:, None]) ** 2).sum(axis=1))
             lower, pattern = staircase_lower_bound(yn, p, e, u_s, w_s, return_pattern=True)
-            if loss - lower <= gap_tol * loss:
+            if loss - lower <= gap_tol * loss + slack:
                 break
             # A pattern is missing: add the one pricing found and polish again.
             cover = np.column_stack([cover, pattern])
@@ -466,7 +495,7 @@ def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-
                 break
         else:
             found = None
-        if found is not None and loss - lower <= gap_tol * loss:
+        if found is not None and loss - lower <= gap_tol * loss + slack:
             break
         if tol < 1e-15:
             raise RuntimeError("optimal unbiased solver did not converge")
@@ -475,8 +504,10 @@ def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-
     # correction of (t, s = t z) removes the last rounding residuals.
     s = t * z
     gram = a @ a.T
-    t = t + a.T @ np.linalg.solve(gram, 1.0 - a @ t)
-    s = s + a.T @ np.linalg.solve(gram, yn - a @ s)
+    t_fix = t + a.T @ np.linalg.lstsq(gram, 1.0 - a @ t, rcond=None)[0]
+    s_fix = s + a.T @ np.linalg.lstsq(gram, yn - a @ s, rcond=None)[0]
+    if np.all(t_fix > 0):
+        t, s = t_fix, s_fix
     z = s / t
     order = np.argsort(z)
     z, t, a = z[order], t[order], a[:, order]
