@@ -44,7 +44,7 @@ inputs to rounding error; the caller verifies both.
 import math
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
+from scipy.linalg import cho_factor, cho_solve, lstsq
 
 __all__ = [
     "optimal_unbiased_continuous",
@@ -384,13 +384,17 @@ def _kkt_polish(y, p, e, cover, t, u, w, *, max_iter=10):
         jac[2 * k :, m : m + k] = -a.T
         jac[2 * k :, m + k :] = -(a * z[None, :]).T
         new = None
+        zmax = 1.0 + float(np.abs(z).max())
+        near_floor = size < 1e-12 * (1.0 + e) * zmax * zmax
         for exact in (True, False):
+            if not exact and near_floor:
+                break  # only rounding is left: no point in a costly retry
             try:
                 if exact:
                     step = np.linalg.solve(jac, -res)
                 else:
-                    step = np.linalg.lstsq(jac, -res, rcond=1e-12)[0]
-            except np.linalg.LinAlgError:
+                    step = lstsq(jac, -res, cond=1e-12, lapack_driver="gelsy")[0]
+            except (np.linalg.LinAlgError, ValueError):
                 continue
             cand = (t + step[:m], u + step[m : m + k], w + step[m + k :])
             res_c, z_c = _kkt_residual(y, e, a, alpha, beta, gamma, *cand)
