@@ -1,6 +1,7 @@
 """Tests of the unbiased randomizers (paper 001)."""
 
 import itertools
+import warnings
 import math
 
 import numpy as np
@@ -249,3 +250,21 @@ def test_bad_input_raises_before_spending(params, y):
 def test_registered_names():
     assert isinstance(make_mechanism("unbiased", task="regression", bounds=(0, 3)), OptimalUnbiased)
     assert isinstance(make_mechanism("debiased-rr", task="regression", bounds=(0, 3)), DebiasedRR)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_irregular_sparse_priors_solve_exactly(seed):
+    # Irregular label spacing, priors with zeros and spikes: the continuous
+    # solver must certify its optimum (no fallback warning) and be exact.
+    rng = np.random.default_rng(100 + seed)
+    k = int(rng.integers(5, 40))
+    eps = float(rng.choice([0.05, 0.5, 2.0, 6.0]))
+    y = np.sort(rng.choice(np.arange(-500, 500), size=k, replace=False)) * rng.uniform(0.01, 100)
+    p = rng.gamma(rng.choice([0.1, 0.5]), size=k)
+    p[rng.random(k) < 0.4] = 0.0
+    p[0] += 1e-3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mech = OptimalUnbiased(epsilon=eps, prior=(y, p / p.sum()), random_state=0).fit(y[:1])
+    assert_exact(mech)
+    assert mech.noisy_label_loss_ - mech.lower_bound_ <= 1e-8 * mech.noisy_label_loss_ + 1e-12

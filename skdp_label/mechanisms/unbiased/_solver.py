@@ -426,16 +426,22 @@ def _support_solution(y, p, e, u, w, t_all, r, mask):
             continue
         ls, rs = np.nonzero(keep)
         cover = (rows >= ls[None, :]) & (rows <= rs[None, :])
-        t, uu, ww = t_all[keep], u, w
-        for _ in range(4):
-            out = _kkt_polish(y, p, e, cover, t, uu, ww)
-            if out is None:
-                break
-            if np.all(out[0] > 0):
-                return cover, out
-            # Ties: some patterns are not needed; drop the non-positive ones.
-            pos = out[0] > 0
-            cover, t, uu, ww = cover[:, pos], out[0][pos], out[2], out[3]
+        found = _polish_positive(y, p, e, cover, t_all[keep], u, w)
+        if found is not None:
+            return found
+    return None
+
+
+def _polish_positive(y, p, e, cover, t, u, w):
+    """Polish; drop patterns whose weight is not positive (ties) and repeat."""
+    for _ in range(4):
+        out = _kkt_polish(y, p, e, cover, t, u, w)
+        if out is None:
+            return None
+        if np.all(out[0] > 0):
+            return cover, out
+        pos = out[0] > 0
+        cover, t, u, w = cover[:, pos], out[0][pos], out[2], out[3]
     return None
 
 
@@ -493,8 +499,7 @@ def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-
             # A pattern is missing: add the one pricing found and polish again.
             cover = np.column_stack([cover, pattern])
             t0 = np.append(t, 1e-3 * t.mean())
-            polished = _kkt_polish(yn, p, e, cover, t0, u_s, w_s)
-            found = None if polished is None else (cover, polished)
+            found = _polish_positive(yn, p, e, cover, t0, u_s, w_s)
             if found is None:
                 break
         else:
