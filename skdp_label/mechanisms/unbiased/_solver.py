@@ -20,11 +20,18 @@ Structure used here
   therefore a convex program with ``2k`` equality rows and no output grid.
 * Its dual is: maximise ``sum u + sum w y`` over ``(u, w)`` subject to
   ``r_j(u, w) = min_z [reduced cost of pattern j at z] >= 0``, a concave
-  quadratic in ``(u, w)``. We follow the log-barrier path of that dual with
-  Newton steps in ``2k`` dimensions; sums over all interval patterns of
+  quadratic in ``(u, w)``. A primal-dual interior-point method (weights
+  ``t_j`` of all patterns and duals ``(u, w)``, Mehrotra's predictor-
+  corrector with the curvature of ``r_j`` in its corrector) takes Newton
+  steps in ``2k`` dimensions; sums over all interval patterns of
   ``d_j a_j a_j^T`` are 2-D prefix sums, so a step costs ``O(k^2)`` plus a
-  ``2k x 2k`` Cholesky factorisation. The barrier point gives the primal
-  ``t_j = mu / r_j``, ``z_j = argmin_z`` of the pattern's reduced cost.
+  ``2k x 2k`` Cholesky factorisation.
+* The patterns with ``t_j >> r_j`` are the optimal ones; Newton's method on
+  the optimality conditions restricted to them (weights, duals, outputs
+  ``z_j = argmin_z`` of each pattern's reduced cost) then converges to
+  rounding error. Patterns left out are found by exact pricing (below) and
+  added; patterns made redundant by ties get a non-positive weight and
+  are dropped.
 * Certificate: for *any* duals ``(u, w)`` and any epsilon-DP unbiased
   mechanism (any staircase pattern, not only intervals; any output value)
   the loss is at least ``sum u + sum w y + min(0, min_{S, z} rc(S, z))``
@@ -34,11 +41,11 @@ Structure used here
   roots of those quadratics the reduced cost is one quadratic in ``z``.
   ``lower_bound`` reports it, so optimality is checked, not assumed.
 
-Exactness of the returned mechanism: columns are rebuilt as exact rays
-``t_j a_j`` (so the DP ratio is ``e^eps`` up to one rounding), and after
-dropping negligible patterns the weights and first moments ``(t, s)`` are
-corrected by a minimum-norm solve so that rows sum to 1 and means equal the
-inputs to rounding error; the caller verifies both.
+Exactness of the returned mechanism: columns are exact rays ``t_j a_j``
+(so the DP ratio is ``e^eps`` up to one rounding), and the weights and
+first moments ``(t, s)`` get a final minimum-norm correction so that rows
+sum to 1 and means equal the inputs to rounding error; the caller verifies
+both (:func:`check_exact_mechanism`).
 """
 
 import math
