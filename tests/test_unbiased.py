@@ -268,3 +268,19 @@ def test_irregular_sparse_priors_solve_exactly(seed):
         mech = OptimalUnbiased(epsilon=eps, prior=(y, p / p.sum()), random_state=0).fit(y[:1])
     assert_exact(mech)
     assert mech.noisy_label_loss_ - mech.lower_bound_ <= 1e-8 * mech.noisy_label_loss_ + 1e-12
+
+
+def test_fallback_to_grid_lp_is_exact_and_warns(monkeypatch):
+    from skdp_label.mechanisms.unbiased import _mechanisms
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("forced")
+
+    monkeypatch.setattr(_mechanisms, "optimal_unbiased_continuous", failing)
+    prior = ([0.0, 1.0, 3.0], [0.5, 0.3, 0.2])
+    with pytest.warns(RuntimeWarning, match="forced"):
+        mech = OptimalUnbiased(epsilon=1.0, prior=prior, random_state=0).fit([0.0])
+    assert_exact(mech)
+    assert np.isnan(mech.lower_bound_)
+    lp = reference_grid_lp(np.array(prior[0]), np.array(prior[1]), mech.output_values_, 1.0)
+    assert mech.noisy_label_loss_ <= lp * (1 + 1e-6)
