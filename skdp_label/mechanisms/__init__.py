@@ -18,6 +18,7 @@ from .classic import (
     RandomizedResponse,
     Staircase,
 )
+from .unbiased import DebiasedRR, OptimalUnbiased
 
 __all__ = [
     "RandomizedResponse",
@@ -30,6 +31,8 @@ __all__ = [
     "Gaussian",
     "ExponentialMechanism",
     "RROnBins",
+    "OptimalUnbiased",
+    "DebiasedRR",
     "BaseLabelMechanism",
     "BaseDiscreteMechanism",
     "BasePriorMechanism",

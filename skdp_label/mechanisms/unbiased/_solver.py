@@ -1,0 +1,546 @@
+"""Minimum-variance unbiased epsilon-DP randomizer over a finite label set.
+
+The problem (paper 001, Alg. 1 with a continuum of outputs): inputs
+``y_1 < ... < y_k`` with prior ``p``; find output values and a transition
+matrix ``M`` minimising ``sum_i p_i sum_j M_ij (z_j - y_i)^2`` subject to
+rows summing to 1, ``sum_j M_ij z_j = y_i`` (unbiasedness) and
+``max_i M_ij <= e^eps min_i M_ij`` for every output ``j`` (epsilon-DP).
+
+Structure used here
+-------------------
+* The epsilon-DP columns form the cone ``{v >= 0 : max v <= e^eps min v}``
+  whose extreme rays are the staircase vectors ``a_S = 1 + (e^eps - 1) 1_S``
+  (001 Thm. 6, Kairouz et al.). An optimal mechanism uses rays whose set
+  ``S`` of high entries is an *interval* of the sorted inputs (001 App. B,
+  Claim 11), so a column is ``t * a_[l, r]`` at output ``z``.
+* With ``s = t z`` the loss of a column is the perspective
+  ``alpha s^2 / t - 2 beta s + gamma t`` (``alpha, beta, gamma`` the prior
+  moments weighted by ``a``): jointly convex, and the constraints are linear
+  in ``(t, s)``. The problem over all ``k (k + 1) / 2`` interval patterns is
+  therefore a convex program with ``2k`` equality rows and no output grid.
+* Its dual is: maximise ``sum u + sum w y`` over ``(u, w)`` subject to
+  ``r_j(u, w) = min_z [reduced cost of pattern j at z] >= 0``, a concave
+  quadratic in ``(u, w)``. A primal-dual interior-point method (weights
+  ``t_j`` of all patterns and duals ``(u, w)``, Mehrotra's predictor-
+  corrector with the curvature of ``r_j`` in its corrector) takes Newton
+  steps in ``2k`` dimensions; sums over all interval patterns of
+  ``d_j a_j a_j^T`` are 2-D prefix sums, so a step costs ``O(k^2)`` plus a
+  ``2k x 2k`` Cholesky factorisation.
+* The patterns with ``t_j >> r_j`` are the optimal ones; Newton's method on
+  the optimality conditions restricted to them (weights, duals, outputs
+  ``z_j = argmin_z`` of each pattern's reduced cost) then converges to
+  rounding error. Patterns left out are found by exact pricing (below) and
+  added; patterns made redundant by ties get a non-positive weight and
+  are dropped.
+* Certificate: for *any* duals ``(u, w)`` and any epsilon-DP unbiased
+  mechanism (any staircase pattern, not only intervals; any output value)
+  the loss is at least ``sum u + sum w y + min(0, min_{S, z} rc(S, z))``
+  because the ray weights sum to at most 1. The minimum over all subsets
+  ``S`` and real ``z`` is exact: for fixed ``z`` the best ``S`` is the set of
+  inputs with negative per-input reduced cost, and between consecutive
+  roots of those quadratics the reduced cost is one quadratic in ``z``.
+  ``lower_bound`` reports it, so optimality is checked, not assumed.
+
+Exactness of the returned mechanism: columns are exact rays ``t_j a_j``
+(so the DP ratio is ``e^eps`` up to one rounding), and the weights and
+first moments ``(t, s)`` get a final minimum-norm correction so that rows
+sum to 1 and means equal the inputs to rounding error; the caller verifies
+both (:func:`check_exact_mechanism`).
+"""
+
+import math
+
+import numpy as np
+from scipy.linalg import cho_factor, cho_solve, lstsq
+
+__all__ = [
+    "optimal_unbiased_continuous",
+    "staircase_lower_bound",
+    "debiased_rr_outputs",
+    "feasible_output_set",
+    "mechanism_loss",
+    "check_exact_mechanism",
+]
+
+
+# ---------------------------------------------------------------------------
+# Debiased randomized response and the feasible grid (001 Def. 23, Alg. 2)
+# ---------------------------------------------------------------------------
+def debiased_rr_outputs(values, epsilon):
+    """Outputs Phi(y) of epsilon-debiased randomized response (001 Def. 23).
+
+    ``Phi(y) = ((e^eps + k - 1) y - sum(Y)) / (e^eps - 1)``; randomized
+    response over ``Phi(Y)`` is unbiased.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    k = values.size
+    em1 = math.expm1(epsilon)
+    # (e^eps + k - 1) y - sum Y = (e^eps - 1) y + sum_{y'} (y - y').
+    return values + (k * values - values.sum()) / em1
+
+
+def feasible_output_set(values, epsilon, n_outputs):
+    """The grid of 001 Alg. 2 (``FeasibleOutputSet``).
+
+    ``n_outputs`` evenly spaced points from the smallest to the largest
+    output of epsilon-debiased RR on ``values``; by 001 Prop. 7 the LP of
+    Alg. 1 on this grid is feasible.
+
+    Examples
+    --------
+    >>> from skdp_label.mechanisms.unbiased import feasible_output_set
+    >>> feasible_output_set([0.0, 1.0], 1.0, 3).round(3)
+    array([-0.582,  0.5  ,  1.582])
+    """
+    if int(n_outputs) != n_outputs or n_outputs < 2:
+        raise ValueError(f"n_outputs must be an integer >= 2, got {n_outputs!r}.")
+    phi = debiased_rr_outputs(values, epsilon)
+    return np.linspace(phi.min(), phi.max(), int(n_outputs))
+
+
+# ---------------------------------------------------------------------------
+# Interval-pattern sums
+# ---------------------------------------------------------------------------
+def _interval_sums(cum, k):
+    """Matrix X[l, r] = sum of the vector over [l, r] from its prefix sums."""
+    # cum has length k + 1 with cum[0] = 0.
+    return cum[None, 1:] - cum[:k, None]
+
+
+def _cover_sums(d):
+    """For pattern weights d[l, r] (zero below the diagonal), return
+    G[m, n] = sum over patterns [l, r] containing both m and n of d[l, r]."""
+    # C[a, b] = sum_{l <= a, r >= b} d[l, r]
+    c = np.cumsum(d, axis=0)
+    c = np.cumsum(c[:, ::-1], axis=1)[:, ::-1]
+    upper = np.triu(c)
+    return upper + np.triu(c, 1).T
+
+
+def _weighted_gram(d, e):
+    """sum_j d_j a_j a_j^T over all interval patterns, a_j = 1 + e 1_[l, r]."""
+    g = _cover_sums(d)
+    v = np.diag(g).copy()
+    total = d.sum()
+    return total + e * (v[:, None] + v[None, :]) + e * e * g
+
+
+def _weighted_sum(d, e):
+    """sum_j d_j a_j over all interval patterns."""
+    v = np.diag(_cover_sums(d))
+    return d.sum() + e * v
+
+
+class _Patterns:
+    """Moments of all interval patterns for a normalised problem."""
+
+    def __init__(self, y, p, e):
+        k = y.size
+        self.k, self.e = k, e
+        self.mask = np.triu(np.ones((k, k), dtype=bool))
+        z = np.zeros(1)
+        cp = np.concatenate([z, np.cumsum(p)])
+        cpy = np.concatenate([z, np.cumsum(p * y)])
+        cpy2 = np.concatenate([z, np.cumsum(p * y * y)])
+        # alpha = sum p a, beta = sum p y a, gamma = sum p y^2 a; p sums to 1.
+        self.alpha = np.where(self.mask, 1.0 + e * _interval_sums(cp, k), 1.0)
+        self.beta = np.where(self.mask, cpy[-1] + e * _interval_sums(cpy, k), 0.0)
+        self.gamma = np.where(self.mask, cpy2[-1] + e * _interval_sums(cpy2, k), 1.0)
+
+    def apply(self, x):
+        """a_j^T x for every pattern (k x k, upper triangle meaningful)."""
+        cx = np.concatenate([np.zeros(1), np.cumsum(x)])
+        return cx[-1] + self.e * _interval_sums(cx, self.k)
+
+    def reduced(self, u, w):
+        """(r_j, m_j): min over z of each pattern's reduced cost, and argmin."""
+        au = self.apply(u)
+        aw = self.apply(w)
+        b2 = 2.0 * self.beta + aw
+        m = b2 / (2.0 * self.alpha)
+        r = self.gamma - au - b2 * m / 2.0
+        return r, m
+
+
+def _max_step_quadratic(r, d1, d2):
+    """Largest alpha in (0, 1] with r + alpha d1 + alpha^2 d2 / 2 > 0 for all
+    entries (r > 0, d2 <= 0); returns 1.0 if the whole unit step is inside."""
+    # Root of d2/2 a^2 + d1 a + r = 0 with a > 0 (concave, positive at 0).
+    qa = 0.5 * d2
+    disc = d1 * d1 - 4.0 * qa * r
+    with np.errstate(divide="ignore", invalid="ignore"):
+        quad_root = np.where(
+            qa < 0, (-d1 - np.sqrt(np.maximum(disc, 0.0))) / (2.0 * qa), np.inf
+        )
+        lin_root = np.where(d1 < 0, -r / d1, np.inf)
+    root = np.where(qa < 0, quad_root, lin_root)
+    root = root[np.isfinite(root) & (root > 0)]
+    return float(min(1.0, root.min())) if root.size else 1.0
+
+
+def _primal_dual_path(y, p, e, *, tol, state=None, max_iter=200):
+    """Primal-dual interior-point method over all interval patterns.
+
+    Dual: maximise ``b . (u, w)`` subject to ``r_j(u, w) >= 0`` (the minimal
+    reduced cost of pattern ``j``); primal: weights ``t_j >= 0`` with
+    ``sum_j t_j g_j = b``, ``g_j = (a_j, m_j a_j)``. Newton steps on the
+    perturbed complementarity ``t_j r_j = mu`` with Mehrotra's centring
+    heuristic (its corrector includes the curvature of ``r_j`` in ``w``).
+    ``state`` (returned) resumes the path with a tighter ``tol``.
+    """
+    k = y.size
+    if state is not None:
+        return _primal_dual_iterate(y, e, *state, tol=tol, max_iter=max_iter)
+    pat = _Patterns(y, p, e)
+    mask = pat.mask
+    n_pat = int(mask.sum())
+    # Scale of the optimal loss: that of the two-point mechanism of 001
+    # Prop. 7 (outputs at the extreme debiased-RR values), an upper bound.
+    phi = debiased_rr_outputs(y, math.log1p(e))
+    lo, hi = phi.min(), phi.max()
+    scale = float(p @ ((hi - y) * (y - lo))) + 1e-12
+    # Strictly feasible dual start: w = 0 and u negative make every r_j > 0.
+    u = np.full(k, -scale / k)
+    w = np.zeros(k)
+    r, m = pat.reduced(u, w)
+    t = np.where(mask, (scale / n_pat) / np.where(mask, r, 1.0), 0.0)
+    return _primal_dual_iterate(y, e, pat, u, w, t, tol=tol, max_iter=max_iter)
+
+
+def _primal_dual_iterate(y, e, pat, u, w, t, *, tol, max_iter):
+    k = y.size
+    mask = pat.mask
+    n_pat = int(mask.sum())
+    r, m = pat.reduced(u, w)
+    b = np.concatenate([np.ones(k), y])
+    for _ in range(max_iter):
+        resid = b - np.concatenate([_weighted_sum(t, e), _weighted_sum(t * m, e)])
+        gap = float((t * np.where(mask, r, 0.0)).sum())
+        dual = float(u.sum() + w @ y)
+        if gap <= tol * max(abs(dual), 1e-300) and np.abs(resid).max() <= 1e-8:
+            break
+        d = np.where(mask, t / np.where(mask, r, 1.0), 0.0)
+        h_uu = _weighted_gram(d, e)
+        h_uw = _weighted_gram(d * m, e)
+        h_ww = _weighted_gram(d * m * m + t / (2.0 * pat.alpha), e)
+        hess = np.block([[h_uu, h_uw], [h_uw, h_ww]])
+        try:
+            factor = cho_factor(hess, check_finite=False)
+            solve = lambda rhs: cho_solve(factor, rhs, check_finite=False)  # noqa: E731
+        except np.linalg.LinAlgError:
+            solve = lambda rhs: np.linalg.lstsq(hess, rhs, rcond=None)[0]  # noqa: E731
+        inv_r = np.where(mask, 1.0 / np.where(mask, r, 1.0), 0.0)
+
+        def direction(mu, corr=0.0):
+            # Complementarity t dr + r dt = mu - t r - corr (corr: second-order
+            # terms predicted by the affine step, Mehrotra).
+            # Right-hand side b - sum_j (mu / r_j) g_j = resid + sum (t - mu/r) g.
+            target = (mu - corr) * inv_r
+            c = t - target
+            rhs = resid + np.concatenate([_weighted_sum(c, e), _weighted_sum(c * m, e)])
+            dl = solve(rhs)
+            du, dw = dl[:k], dl[k:]
+            adu = pat.apply(du)
+            adw = pat.apply(dw)
+            dr1 = -adu - m * adw  # first-order change of r
+            dr2 = -(adw * adw) / (2.0 * pat.alpha)  # second derivative of r
+            dt = target - t - d * dr1
+            return du, dw, dt, dr1, dr2
+
+        def step_lengths(dt, dr1, dr2):
+            neg = mask & (dt < 0)
+            a_p = min(1.0, float((-t[neg] / dt[neg]).min())) if neg.any() else 1.0
+            a_d = _max_step_quadratic(r[mask], dr1[mask], dr2[mask])
+            return a_p, a_d
+
+        mu_now = gap / n_pat
+        du, dw, dt, dr1, dr2 = direction(0.0)
+        a_p, a_d = step_lengths(dt, dr1, dr2)
+        r_aff = r + a_d * dr1 + 0.5 * a_d * a_d * dr2
+        mu_aff = float(((t + a_p * dt) * np.where(mask, r_aff, 0.0)).sum()) / n_pat
+        sigma = min(1.0, (mu_aff / mu_now) ** 3) if mu_now > 0 else 0.0
+        corr = np.where(mask, dt * (dr1 + 0.5 * dr2) + 0.5 * t * dr2, 0.0)
+        # Mehrotra's corrector helps far more often than not, but can stall
+        # far from the path: keep whichever direction allows longer steps.
+        best = None
+        for c in (corr, 0.0):
+            cand = direction(sigma * mu_now, c)
+            lengths = step_lengths(*cand[2:])
+            if best is None or min(lengths) > min(best[1]):
+                best = (cand, lengths)
+        (du, dw, dt, dr1, dr2), (a_p, a_d) = best
+        a_p, a_d = 0.99 * a_p, 0.99 * a_d
+        t_new = np.where(mask, t + a_p * dt, 0.0)
+        u_new, w_new = u + a_d * du, w + a_d * dw
+        r_new, m_new = pat.reduced(u_new, w_new)
+        while np.any(r_new[mask] <= 0) and a_d > 1e-12:
+            # Rounding at the boundary: shorten the dual step.
+            a_d *= 0.5
+            u_new, w_new = u + a_d * du, w + a_d * dw
+            r_new, m_new = pat.reduced(u_new, w_new)
+        if np.any(r_new[mask] <= 0):
+            break  # keep the last interior point
+        t, u, w, r, m = t_new, u_new, w_new, r_new, m_new
+    return u, w, t, r, m, (pat, u, w, t)
+
+
+def staircase_lower_bound(y, p, e, u, w, *, return_pattern=False):
+    """Lower bound on the loss of every epsilon-DP unbiased mechanism.
+
+    ``sum u + sum w y + min(0, min over all subsets S and real z of the
+    reduced cost)``; the inner minimum is computed exactly (see the module
+    docstring). ``e = e^eps - 1``. Works in the caller's units. With
+    ``return_pattern`` also return the set ``S`` (boolean mask) attaining
+    the minimum reduced cost.
+    """
+    a2 = p
+    a1 = -(2.0 * p * y + w)
+    a0 = p * y * y - u
+    roots = []
+    quad = a2 > 0
+    disc = a1 * a1 - 4.0 * a2 * a0
+    ok = quad & (disc > 0)
+    sq = np.sqrt(np.where(ok, disc, 0.0))
+    roots.append(((-a1 - sq) / (2.0 * np.where(quad, a2, 1.0)))[ok])
+    roots.append(((-a1 + sq) / (2.0 * np.where(quad, a2, 1.0)))[ok])
+    lin = (~quad) & (a1 != 0)
+    roots.append((-a0 / np.where(lin, a1, 1.0))[lin])
+    bps = np.unique(np.concatenate(roots))
+    # A point inside every piece, plus the vertices of each piece's quadratic.
+    if bps.size:
+        width = max(1.0, float(bps[-1] - bps[0]))
+        probes = np.concatenate(
+            [[bps[0] - width], (bps[:-1] + bps[1:]) / 2.0, [bps[-1] + width]]
+        )
+        lows = np.concatenate([[-np.inf], bps])
+        highs = np.concatenate([bps, [np.inf]])
+    else:
+        probes = np.zeros(1)
+        lows, highs = np.array([-np.inf]), np.array([np.inf])
+    f = a2[None, :] * probes[:, None] ** 2 + a1[None, :] * probes[:, None] + a0[None, :]
+    weights = 1.0 + e * (f < 0)
+    qa = weights @ a2
+    qb = weights @ a1
+    zs = np.clip(-qb / (2.0 * qa), lows, highs)
+    cand = np.concatenate([zs, bps])
+    f = a2[None, :] * cand[:, None] ** 2 + a1[None, :] * cand[:, None] + a0[None, :]
+    rc = f.sum(axis=1) + e * np.minimum(f, 0.0).sum(axis=1)
+    best = int(np.argmin(rc))
+    bound = float(u.sum() + w @ y + min(0.0, rc[best]))
+    if return_pattern:
+        return bound, f[best] < 0
+    return bound
+
+
+def mechanism_loss(y, p, outputs, matrix):
+    """E[(y_hat - y)^2] under the prior ``p``."""
+    return float(p @ (matrix * (outputs[None, :] - y[:, None]) ** 2).sum(axis=1))
+
+
+def check_exact_mechanism(y, outputs, matrix, epsilon, *, rtol=1e-9):
+    """Raise if ``matrix`` is not epsilon-DP, stochastic and unbiased.
+
+    DP: every column's max / min ratio is at most ``e^eps`` with log-ratio
+    tolerance ``rtol * eps``. Rows sum to 1 within ``1e-12``. Means equal
+    the inputs within ``rtol * (max y - min y)``.
+    """
+    if np.any(matrix < 0) or np.any(matrix.min(axis=0) <= 0):
+        raise RuntimeError("transition matrix has a non-positive column entry")
+    log_ratio = np.log(matrix.max(axis=0)) - np.log(matrix.min(axis=0))
+    if log_ratio.max() > epsilon * (1.0 + rtol):
+        raise RuntimeError(f"transition matrix is not epsilon-DP (log ratio {log_ratio.max()!r})")
+    if np.abs(matrix.sum(axis=1) - 1.0).max() > 1e-12:
+        raise RuntimeError("transition matrix rows do not sum to 1")
+    span = float(y.max() - y.min()) if y.size > 1 else 1.0
+    if np.abs(matrix @ outputs - y).max() > rtol * span:
+        raise RuntimeError("transition matrix is not unbiased")
+
+
+def _kkt_residual(y, e, a, alpha, beta, gamma, t, u, w):
+    b2 = 2.0 * beta + w @ a
+    z = b2 / (2.0 * alpha)
+    res = np.concatenate([a @ t - 1.0, a @ (t * z) - y, gamma - u @ a - b2 * z / 2.0])
+    return res, z
+
+
+def _kkt_polish(y, p, e, cover, t, u, w, *, max_iter=10):
+    """Newton's method on the optimality conditions for fixed patterns.
+
+    Unknowns: weights ``t`` of the patterns (columns of ``cover``) and duals
+    ``(u, w)``; each pattern's output is ``z_j = argmin_z`` of its reduced
+    cost. Equations: rows sum to 1, means equal ``y``, and every kept
+    pattern has zero minimal reduced cost (square: ``2k + m`` each). When
+    the optimum is not unique (ties between patterns) the Jacobian is
+    singular and minimum-norm steps are taken. Returns ``(t, z, u, w)``
+    (``t`` may have non-positive entries) or None without convergence.
+    """
+    k, m = cover.shape
+    a = 1.0 + e * cover
+    alpha = p @ a
+    beta = (p * y) @ a
+    gamma = (p * y * y) @ a
+    res, z = _kkt_residual(y, e, a, alpha, beta, gamma, t, u, w)
+    size = float(np.abs(res).max())
+    for _ in range(max_iter):
+        if not np.isfinite(size) or size < 1e-15 * (1.0 + float(np.abs(z).max()) ** 2):
+            break
+        jac = np.zeros((2 * k + m, m + 2 * k))
+        jac[:k, :m] = a
+        jac[k : 2 * k, :m] = a * z[None, :]
+        jac[k : 2 * k, m + k :] = (a * (t / (2.0 * alpha))[None, :]) @ a.T
+        jac[2 * k :, m : m + k] = -a.T
+        jac[2 * k :, m + k :] = -(a * z[None, :]).T
+        new = None
+        zmax = 1.0 + float(np.abs(z).max())
+        near_floor = size < 1e-12 * (1.0 + e) * zmax * zmax
+        for exact in (True, False):
+            if not exact and near_floor:
+                break  # only rounding is left: no point in a costly retry
+            try:
+                if exact:
+                    step = np.linalg.solve(jac, -res)
+                else:
+                    step = lstsq(jac, -res, cond=1e-12, lapack_driver="gelsy")[0]
+            except (np.linalg.LinAlgError, ValueError):
+                continue
+            cand = (t + step[:m], u + step[m : m + k], w + step[m + k :])
+            res_c, z_c = _kkt_residual(y, e, a, alpha, beta, gamma, *cand)
+            size_c = float(np.abs(res_c).max())
+            if np.isfinite(size_c) and size_c < 0.5 * size:
+                new = (cand, res_c, z_c, size_c)
+                break
+        if new is None:
+            break
+        (t, u, w), res, z, size = new
+    # Primal rows are repaired exactly later; the reduced-cost rows carry
+    # cancellation of order e * |z|^2 rounding, so they get that scale.
+    primal = float(np.abs(res[: 2 * k]).max()) if np.isfinite(size) else np.inf
+    dual = float(np.abs(res[2 * k :]).max()) if np.isfinite(size) else np.inf
+    zmax = 1.0 + float(np.abs(z).max())
+    if primal > 1e-9 * zmax or dual > 1e-9 * (1.0 + e) * zmax * zmax:
+        return None
+    return t, z, u, w
+
+
+def _support_solution(y, p, e, u, w, t_all, r, mask):
+    """Read the optimal patterns off an interior point and polish them."""
+    k = y.size
+    rows = np.arange(k)[:, None]
+    for ratio in (1.0, 100.0):
+        # Support patterns have t_j >> r_j (t ~ 1, r ~ mu); the others t << r.
+        keep = mask & (t_all > ratio * r)
+        if not keep.any():
+            continue
+        ls, rs = np.nonzero(keep)
+        cover = (rows >= ls[None, :]) & (rows <= rs[None, :])
+        found = _polish_positive(y, p, e, cover, t_all[keep], u, w)
+        if found is not None:
+            return found
+    return None
+
+
+def _polish_positive(y, p, e, cover, t, u, w):
+    """Polish; drop patterns whose weight is not positive (ties) and repeat."""
+    for _ in range(4):
+        out = _kkt_polish(y, p, e, cover, t, u, w)
+        if out is None:
+            return None
+        if np.all(out[0] > 0):
+            return cover, out
+        pos = out[0] > 0
+        cover, t, u, w = cover[:, pos], out[0][pos], out[2], out[3]
+    return None
+
+
+def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-9):
+    """Minimum-variance unbiased epsilon-DP randomizer, continuous outputs.
+
+    Parameters
+    ----------
+    values : ndarray of shape (k,)
+        Sorted distinct input labels.
+    prior : ndarray of shape (k,)
+        Prior probabilities (non-negative, summing to 1).
+    epsilon : float
+    tol : float
+        Relative duality gap at which the interior-point path first stops;
+        the optimal patterns are then read off and polished by Newton's
+        method.
+    gap_tol : float
+        Accepted relative gap between the loss and the certified lower
+        bound; otherwise the path is followed further. When the path
+        cannot go further, a gap up to 1e-6 is accepted (degenerate
+        problems with ties); beyond that RuntimeError is raised.
+
+    Returns
+    -------
+    outputs : ndarray of shape (m,)
+        Sorted output values (m <= about 2k).
+    matrix : ndarray of shape (k, m)
+        Transition matrix; each column an exact staircase ray.
+    lower_bound : float
+        Certified lower bound on the loss of every epsilon-DP unbiased
+        randomizer for this prior (any outputs).
+    """
+    y = np.asarray(values, dtype=np.float64)
+    p = np.asarray(prior, dtype=np.float64)
+    k = y.size
+    if k == 1:
+        return y.copy(), np.ones((1, 1)), 0.0
+    e = math.expm1(epsilon)
+    center = 0.5 * (y[0] + y[-1])
+    half = 0.5 * (y[-1] - y[0])
+    yn = (y - center) / half
+    # Rounding floor of the certificate: reduced costs are sums of terms
+    # up to e^eps times the (normalised) squared range.
+    slack = 1e-14 * (1.0 + e)
+    state = None
+    best = None  # (relative gap, t, z, cover, lower) of the best certified candidate
+    while True:
+        u, w, t_all, r, m, state = _primal_dual_path(yn, p, e, tol=tol, state=state)
+        found = _support_solution(yn, p, e, u, w, t_all, r, state[0].mask)
+        for _ in range(8 if found is not None else 0):
+            cover, (t, z, u_s, w_s) = found
+            a = 1.0 + e * cover
+            loss = float(p @ ((a * t[None, :]) * (z[None, :] - yn[:, None]) ** 2).sum(axis=1))
+            lower, pattern = staircase_lower_bound(yn, p, e, u_s, w_s, return_pattern=True)
+            # Any duals certify; with ties the polished ones may be worse
+            # than the interior point's, so keep the better bound.
+            lower = max(lower, staircase_lower_bound(yn, p, e, u, w))
+            gap = (loss - lower - slack) / loss
+            if best is None or gap < best[0]:
+                best = (gap, t, z, cover, lower)
+            if gap <= gap_tol:
+                break
+            # A pattern is missing: add the one pricing found and polish again.
+            cover = np.column_stack([cover, pattern])
+            t0 = np.append(t, 1e-3 * t.mean())
+            found = _polish_positive(yn, p, e, cover, t0, u_s, w_s)
+            if found is None:
+                break
+        if best is not None and best[0] <= gap_tol:
+            break
+        if tol < 1e-15:
+            # Degenerate problems (many ties, e.g. zero prior mass on many
+            # labels, and large epsilon) may stall just short of gap_tol:
+            # accept a certified gap of 1e-6, else give up.
+            if best is not None and best[0] <= 1e-6:
+                break
+            raise RuntimeError("optimal unbiased solver did not converge")
+        tol *= 1e-2
+    _, t, z, cover, lower = best
+    a = 1.0 + e * cover
+    # Exact rebuild: columns are the staircase rays t_j a_j; a minimum-norm
+    # correction of (t, s = t z) removes the last rounding residuals.
+    s = t * z
+    gram = a @ a.T
+    t_fix = t + a.T @ np.linalg.lstsq(gram, 1.0 - a @ t, rcond=None)[0]
+    s_fix = s + a.T @ np.linalg.lstsq(gram, yn - a @ s, rcond=None)[0]
+    if np.all(t_fix > 0):
+        t, s = t_fix, s_fix
+    z = s / t
+    order = np.argsort(z)
+    z, t, a = z[order], t[order], a[:, order]
+    matrix = a * t[None, :]
+    outputs = center + half * z
+    return outputs, matrix, lower * half * half

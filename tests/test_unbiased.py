@@ -1,0 +1,286 @@
+"""Tests of the unbiased randomizers (paper 001)."""
+
+import itertools
+import warnings
+import math
+
+import numpy as np
+import pytest
+from scipy.optimize import linprog
+from scipy.stats import chisquare
+
+from skdp_label import BudgetAccountant
+from skdp_label.mechanisms import DebiasedRR, OptimalUnbiased, make_mechanism
+from skdp_label.mechanisms.unbiased import (
+    auto_grid_size,
+    debiased_rr_outputs,
+    feasible_output_set,
+    randomized_rounding_indices,
+)
+from skdp_label.mechanisms.unbiased._solver import staircase_lower_bound
+
+
+# ---------------------------------------------------------------------------
+# Reference: 001 Alg. 1 on a grid, compact LP form, scipy HiGHS (dense).
+# ---------------------------------------------------------------------------
+def reference_grid_lp(y, p, z, eps):
+    """Optimal loss of 001's LP with outputs z (compact DP constraints)."""
+    k, n = len(y), len(z)
+    nv = k * n + n  # M[i, j] at i * n + j, then lo[j]
+    cost = np.zeros(nv)
+    for i in range(k):
+        for j in range(n):
+            cost[i * n + j] = p[i] * (z[j] - y[i]) ** 2
+    a_eq = np.zeros((2 * k, nv))
+    for i in range(k):
+        a_eq[i, i * n : (i + 1) * n] = 1.0
+        a_eq[k + i, i * n : (i + 1) * n] = z
+    b_eq = np.concatenate([np.ones(k), y])
+    a_ub = np.zeros((2 * k * n, nv))
+    row = 0
+    for i in range(k):
+        for j in range(n):
+            a_ub[row, i * n + j] = 1.0  # M_ij <= e^eps lo_j
+            a_ub[row, k * n + j] = -math.exp(eps)
+            a_ub[row + 1, i * n + j] = -1.0  # lo_j <= M_ij
+            a_ub[row + 1, k * n + j] = 1.0
+            row += 2
+    res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(2 * k * n), A_eq=a_eq, b_eq=b_eq,
+                  bounds=(0, None), method="highs")
+    assert res.status == 0, res.message
+    return res.fun
+
+
+def random_prior(rng, k, zeros=False):
+    y = np.sort(rng.choice(np.arange(-20, 40), size=k, replace=False)).astype(float) / 2
+    p = rng.gamma(0.7, size=k)
+    if zeros and k > 2:
+        p[rng.choice(k, size=k // 3, replace=False)] = 0.0
+    return y, p / p.sum()
+
+
+def assert_exact(mech):
+    """Exact epsilon-DP, stochastic rows, exact unbiasedness of the matrix."""
+    m = mech.transition_matrix_
+    y = mech.input_values_
+    eps = float(mech.epsilon) - getattr(mech, "prior_epsilon_", 0.0)
+    assert np.all(m > 0)
+    log_ratio = np.log(m.max(axis=0)) - np.log(m.min(axis=0))
+    assert log_ratio.max() <= eps * (1 + 1e-9)
+    np.testing.assert_allclose(m.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+    span = y.max() - y.min() if y.size > 1 else 1.0
+    assert np.abs(m @ mech.output_values_ - y).max() <= 1e-9 * span
+
+
+CASES = [(k, eps, seed) for k, eps, seed in itertools.product([2, 3, 5], [0.3, 1.0, 3.0], [0, 1])]
+
+
+@pytest.mark.parametrize("k, eps, seed", CASES)
+def test_continuous_optimum_beats_grid_lp(k, eps, seed):
+    rng = np.random.default_rng(seed)
+    y, p = random_prior(rng, k, zeros=seed == 1)
+    mech = OptimalUnbiased(epsilon=eps, prior=(y, p), random_state=0).fit(y[:1])
+    assert_exact(mech)
+    grid = feasible_output_set(y, eps, 40)
+    lp = reference_grid_lp(y, p, grid, eps)
+    scale = p @ (y - p @ y) ** 2 + 1.0
+    assert mech.noisy_label_loss_ <= lp + 1e-7 * scale
+    # The certified bound holds for every mechanism, the grid LP's included.
+    assert mech.lower_bound_ <= lp + 1e-7 * scale
+    assert mech.noisy_label_loss_ - mech.lower_bound_ <= 1e-8 * mech.noisy_label_loss_ + 1e-12
+    # Theorem 6: at most 2|Y| outputs.
+    assert mech.output_values_.size <= 2 * k
+
+
+@pytest.mark.parametrize("k, eps, seed", [(3, 1.0, 0), (4, 0.5, 1), (5, 2.0, 2)])
+def test_grid_option_matches_reference_lp(k, eps, seed):
+    rng = np.random.default_rng(seed)
+    y, p = random_prior(rng, k)
+    mech = OptimalUnbiased(epsilon=eps, prior=(y, p), outputs=25, random_state=0).fit(y[:1])
+    assert_exact(mech)
+    lp = reference_grid_lp(y, p, feasible_output_set(y, eps, 25), eps)
+    assert mech.noisy_label_loss_ == pytest.approx(lp, rel=1e-6, abs=1e-9)
+    grid = feasible_output_set(y, eps, 25)
+    assert np.all(np.isin(mech.output_values_, grid))
+
+
+def test_lower_bound_pricing_against_exhaustive_search():
+    # min over all 2^k staircase patterns S and real z of the reduced cost;
+    # for fixed S the reduced cost is a quadratic in z, minimised exactly.
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        k = int(rng.integers(2, 6))
+        y, p = random_prior(rng, k, zeros=True)
+        e = math.expm1(rng.uniform(0.2, 3.0))
+        u, w = rng.normal(size=k), rng.normal(size=k)
+        best = np.inf
+        for bits in itertools.product([0, 1], repeat=k):
+            a = 1.0 + e * np.array(bits)
+            qa, qb, qc = a @ p, -(a @ (2 * p * y + w)), a @ (p * y * y - u)
+            best = min(best, qc - qb * qb / (4 * qa))
+        expected = u.sum() + w @ y + min(0.0, best)
+        assert staircase_lower_bound(y, p, e, u, w) == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+def test_feasible_output_set_endpoints():
+    y = np.array([1.0, 2.0, 4.0, 7.0])
+    eps = 0.8
+    grid = feasible_output_set(y, eps, 11)
+    k, ee = len(y), math.exp(eps)
+    lo = ((ee + k - 1) * y.min() - y.sum()) / (ee - 1)  # 001 Alg. 2
+    hi = ((ee + k - 1) * y.max() - y.sum()) / (ee - 1)
+    np.testing.assert_allclose(grid[[0, -1]], [lo, hi])
+    np.testing.assert_allclose(np.diff(grid), (hi - lo) / 10)
+    with pytest.raises(ValueError):
+        feasible_output_set(y, eps, 1)
+
+
+def test_debiased_rr_is_exact_and_unbiased():
+    mech = DebiasedRR(epsilon=0.7, bounds=(0, 9), random_state=0).fit([1.0])
+    assert_exact(mech)
+    np.testing.assert_allclose(mech.output_values_, debiased_rr_outputs(np.arange(10.0), 0.7))
+
+
+def chi_square_pvalue(mech, label, n=40_000):
+    row = np.searchsorted(mech.input_values_, label)
+    draws = mech.transform(np.full(n, label))
+    idx = np.searchsorted(mech.output_values_, draws)
+    assert np.all(mech.output_values_[idx] == draws)
+    probs = mech.transition_matrix_[row]
+    counts = np.bincount(idx, minlength=probs.size)
+    # Pool outputs with small expected counts so the test is valid.
+    expected = n * probs
+    small = expected < 5
+    obs = np.append(counts[~small], counts[small].sum())
+    exp = np.append(expected[~small], expected[small].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    return chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
+
+
+@pytest.mark.parametrize("cls, params", [
+    (OptimalUnbiased, {"prior": ([0.0, 1.0, 2.0, 3.0], [0.4, 0.3, 0.2, 0.1])}),
+    (DebiasedRR, {"domain": [0.0, 1.0, 2.0, 3.0]}),
+])
+def test_sampler_matches_transition_matrix(cls, params):
+    mech = cls(epsilon=1.0, random_state=42, **params).fit([0.0])
+    for label in (0.0, 2.0):
+        assert chi_square_pvalue(mech, label) > 1e-4
+
+
+@pytest.mark.parametrize("cls", [OptimalUnbiased, DebiasedRR])
+def test_continuous_labels_are_unbiased_off_grid(cls):
+    rng = np.random.default_rng(5)
+    y_fit = rng.uniform(0, 1, size=2000)
+    mech = cls(epsilon=2.0, bounds=(0.0, 1.0), grid_size=5, random_state=7).fit(y_fit)
+    for label in (0.37, 0.9):
+        draws = mech.transform(np.full(200_000, label))
+        se = draws.std() / math.sqrt(draws.size)
+        assert abs(draws.mean() - label) < 5 * se
+
+
+def test_randomized_rounding():
+    values = np.array([0.0, 0.5, 2.0])
+    rng = np.random.default_rng(0)
+    # On grid points rounding is deterministic.
+    np.testing.assert_array_equal(randomized_rounding_indices(values, values, rng.random(3)), [0, 1, 2])
+    y = np.full(100_000, 1.1)
+    idx = randomized_rounding_indices(values, y, rng.random(y.size))
+    assert set(np.unique(idx)) == {1, 2}
+    frac = (idx == 2).mean()
+    assert abs(frac - 0.4) < 5 * math.sqrt(0.24 / y.size)
+    # Outside the grid: nearest end point.
+    np.testing.assert_array_equal(randomized_rounding_indices(values, np.array([-1.0, 3.0]), [0.5, 0.5]), [0, 2])
+
+
+def test_private_prior_budget_and_grid_for_label_epsilon():
+    acc = BudgetAccountant(epsilon=10.0)
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 6, size=500).astype(float)
+    mech = OptimalUnbiased(epsilon=2.0, bounds=(0, 5), outputs=20, accountant=acc, random_state=0)
+    mech.fit_transform(y)
+    assert 0 < mech.prior_epsilon_ < 1.0
+    assert mech.epsilon_spent_ == pytest.approx(2.0)
+    assert acc.spent_epsilon == pytest.approx(2.0)
+    assert len(acc.ledger) == 2  # noisy histogram + randomized labels
+    assert_exact(mech)
+    # 001 Alg. 3 with the typo fixed: the grid is built for epsilon_2.
+    eps2 = 2.0 - mech.prior_epsilon_
+    grid = feasible_output_set(mech.input_values_, eps2, 20)
+    assert np.all(np.isin(mech.output_values_, grid))
+    assert mech.prior_.sum() == pytest.approx(1.0)
+
+
+def test_moderate_domain_is_exact():
+    y = np.arange(60.0)
+    p = np.exp(-y / 10) + 0.02
+    mech = OptimalUnbiased(epsilon=1.5, prior=(y, p / p.sum()), random_state=0).fit([0.0])
+    assert_exact(mech)
+    assert mech.output_values_.size <= 120
+    assert mech.noisy_label_loss_ - mech.lower_bound_ <= 1e-8 * mech.noisy_label_loss_
+
+
+def test_single_value_domain():
+    mech = OptimalUnbiased(epsilon=1.0, prior=([3.0], [1.0]), random_state=0).fit([3.0])
+    np.testing.assert_array_equal(mech.transform([3.0, 3.0]), [3.0, 3.0])
+    assert mech.noisy_label_loss_ == 0.0
+
+
+def test_auto_grid_size():
+    assert auto_grid_size(0.1) == 8
+    assert auto_grid_size(20.0) == 201
+    mech = OptimalUnbiased(epsilon=1.0, bounds=(0.0, 1.0), grid_size="auto", random_state=0).fit([0.5] * 50)
+    assert mech.input_values_.size == auto_grid_size(1.0)
+
+
+@pytest.mark.parametrize("params, y", [
+    ({"epsilon": 0.0, "bounds": (0, 3)}, [1.0]),
+    ({"epsilon": 1.0, "bounds": (0, 3)}, [np.nan]),
+    ({"epsilon": 1.0, "bounds": (0, 3), "grid_size": 4, "resolution": 0.5}, [1.0]),
+    ({"epsilon": 1.0, "bounds": (0, 3), "outputs": 1}, [1.0]),
+    ({"epsilon": 1.0}, [1.0]),
+])
+def test_bad_input_raises_before_spending(params, y):
+    acc = BudgetAccountant(epsilon=5.0)
+    with pytest.raises(ValueError):
+        OptimalUnbiased(accountant=acc, **params).fit(y)
+    assert acc.spent_epsilon == 0.0
+
+
+def test_registered_names():
+    assert isinstance(make_mechanism("unbiased", task="regression", bounds=(0, 3)), OptimalUnbiased)
+    assert isinstance(make_mechanism("debiased-rr", task="regression", bounds=(0, 3)), DebiasedRR)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_irregular_sparse_priors_solve_exactly(seed):
+    # Irregular label spacing, priors with zeros and spikes: the continuous
+    # solver must certify its optimum (no fallback warning) and be exact.
+    rng = np.random.default_rng(100 + seed)
+    k = int(rng.integers(5, 40))
+    eps = float(rng.choice([0.05, 0.5, 2.0, 6.0]))
+    y = np.sort(rng.choice(np.arange(-500, 500), size=k, replace=False)) * rng.uniform(0.01, 100)
+    p = rng.gamma(rng.choice([0.1, 0.5]), size=k)
+    p[rng.random(k) < 0.4] = 0.0
+    p[0] += 1e-3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mech = OptimalUnbiased(epsilon=eps, prior=(y, p / p.sum()), random_state=0).fit(y[:1])
+    assert_exact(mech)
+    assert mech.noisy_label_loss_ - mech.lower_bound_ <= 1e-8 * mech.noisy_label_loss_ + 1e-12
+
+
+def test_fallback_to_grid_lp_is_exact_and_warns(monkeypatch):
+    from skdp_label.mechanisms.unbiased import _mechanisms
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("forced")
+
+    monkeypatch.setattr(_mechanisms, "optimal_unbiased_continuous", failing)
+    prior = ([0.0, 1.0, 3.0], [0.5, 0.3, 0.2])
+    with pytest.warns(RuntimeWarning, match="forced"):
+        mech = OptimalUnbiased(epsilon=1.0, prior=prior, random_state=0).fit([0.0])
+    assert_exact(mech)
+    assert np.isnan(mech.lower_bound_)
+    lp = reference_grid_lp(np.array(prior[0]), np.array(prior[1]), mech.output_values_, 1.0)
+    assert mech.noisy_label_loss_ <= lp * (1 + 1e-6)
