@@ -32,6 +32,7 @@ from skdp_label.mechanisms import (  # noqa: E402
     DiscreteLaplace,
     DiscreteStaircase,
     OptimalUnbiased,
+    RROnBins,
 )
 from skdp_label.mechanisms.classic._noise import staircase_moment  # noqa: E402
 
@@ -59,6 +60,7 @@ def main():
         "staircase (unclipped)": [],
         "Laplace (clipped)": [],
         "staircase (clipped)": [],
+        "RR-on-Bins": [],
     }
     means = {}
     for eps in epsilons:
@@ -66,8 +68,10 @@ def main():
         dbrr = DebiasedRR(epsilon=eps, bounds=bounds).fit([1.0])
         lap = DiscreteLaplace(epsilon=eps, bounds=bounds).fit([1.0])
         stair = DiscreteStaircase(epsilon=eps, bounds=bounds).fit([1.0])
+        bins = RROnBins(epsilon=eps, prior=(y, p)).fit([1.0])
         for name, mech in [("optimal unbiased", opt), ("debiased RR", dbrr),
-                           ("Laplace (clipped)", lap), ("staircase (clipped)", stair)]:
+                           ("Laplace (clipped)", lap), ("staircase (clipped)", stair),
+                           ("RR-on-Bins", bins)]:
             mean, loss = matrix_stats(mech, p)
             curves[name].append(loss)
             if eps == 1.0:
@@ -79,6 +83,7 @@ def main():
     left.plot(y, y, color="black", lw=1, label="y (unbiased)")
     left.plot(y, means["Laplace (clipped)"], label="Laplace (clipped)")
     left.plot(y, means["staircase (clipped)"], label="staircase (clipped)")
+    left.plot(y, means["RR-on-Bins"], drawstyle="steps-mid", label="RR-on-Bins")
     left.plot(y, means["optimal unbiased"], ls="--", label="optimal unbiased")
     left.set_xlabel("true label y (weeks)")
     left.set_ylabel("E[noisy label | y]")
@@ -86,7 +91,7 @@ def main():
     left.legend(fontsize=8)
 
     for name, losses in curves.items():
-        biased = name.endswith("(clipped)")
+        biased = name.endswith("(clipped)") or name == "RR-on-Bins"
         right.plot(epsilons, losses, marker="o", mfc="none" if biased else None,
                    ls=":" if biased else "-", label=name)
     right.set_xscale("log")
