@@ -45,8 +45,8 @@ def matrix_stats(mech, p):
 
 def unclipped_loss(mech):
     """Variance of the (unbiased) unclipped discrete noise."""
-    b, width, r = mech._staircase(mech.sensitivity_units_)
-    return float(np.ravel(staircase_moment(b, width, r, 2))[0])
+    lam, width, r = mech._staircase(mech.sensitivity_units_)
+    return float(np.ravel(staircase_moment(lam, width, r, 2))[0])
 
 
 def main():
