@@ -33,7 +33,7 @@ __all__ = [
 _MAX_PRIOR_SHARE = 0.5
 
 
-def resolve_domain(domain=None, bounds=None, resolution=None):
+def resolve_domain(domain=None, bounds=None, resolution=None, owner="A mechanism"):
     """The finite public label domain, sorted, from the declared inputs.
 
     ``domain`` lists the values explicitly; otherwise ``bounds=(lo, hi)``
@@ -51,9 +51,7 @@ def resolve_domain(domain=None, bounds=None, resolution=None):
             if values[0] < lo or values[-1] > hi:
                 raise ValueError("domain values lie outside the declared bounds.")
         return values
-    lo, hi = check_bounds(
-        bounds, owner="A prior-based mechanism given neither domain nor prior"
-    )
+    lo, hi = check_bounds(bounds, owner=f"{owner} given no domain")
     step = 1.0 if resolution is None else float(resolution)
     n_steps = math.floor((hi - lo) / step + 1e-9)
     if n_steps + 1 > 10_000_000:
@@ -157,7 +155,9 @@ class BasePriorMechanism(BaseDiscreteMechanism):
                 raise ValueError("prior values must be distinct.")
             order = np.argsort(values)
             return values[order], probs[order] / probs.sum()
-        return resolve_domain(self.domain, self.bounds, self.resolution), None
+        return resolve_domain(
+            self.domain, self.bounds, self.resolution, owner=f"{type(self).__name__} given no prior and"
+        ), None
 
     def _check_label_values(self, y):
         # Labels outside the domain are clipped into it (documented); nothing

@@ -99,7 +99,7 @@ class ExponentialMechanism(BaseDiscreteMechanism):
         if self.domain is None and resolution is None and self.bounds is not None:
             lo, hi = self.bounds
             resolution = (hi - lo) / 100.0
-        return resolve_domain(self.domain, self.bounds, resolution)
+        return resolve_domain(self.domain, self.bounds, resolution, owner=type(self).__name__)
 
     def _check_label_values(self, y):
         grid = self._grid()

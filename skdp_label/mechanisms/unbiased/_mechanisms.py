@@ -53,7 +53,7 @@ class _UnbiasedRoundingMixin:
 
     def _grid(self):
         if self.grid_size is None:
-            return resolve_domain(self.domain, self.bounds, self.resolution)
+            return resolve_domain(self.domain, self.bounds, self.resolution, owner=type(self).__name__)
         if self.domain is not None or self.resolution is not None:
             raise ValueError("grid_size cannot be combined with domain or resolution.")
         lo, hi = check_bounds(self.bounds, owner=f"{type(self).__name__} with grid_size")
