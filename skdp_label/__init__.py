@@ -2,6 +2,7 @@
 
 from ._accountant import BudgetAccountant, BudgetExceededError
 from .estimators import LabelDPClassifier, LabelDPRegressor
+from .utils import PrivacyLeakWarning
 
 __version__ = "0.1.0.dev0"
 
@@ -10,5 +11,6 @@ __all__ = [
     "BudgetExceededError",
     "LabelDPClassifier",
     "LabelDPRegressor",
+    "PrivacyLeakWarning",
     "__version__",
 ]

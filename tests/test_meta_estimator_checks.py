@@ -33,7 +33,7 @@ def _expected_failures(estimator):
     [
         # Wide public bounds cover the checks' labels; a large epsilon keeps the
         # noise small enough for the score checks.
-        LabelDPRegressor(LinearRegression(), "laplace", 1000.0, bounds=(-1000.0, 1000.0), random_state=0),
+        LabelDPRegressor(LinearRegression(), "laplace", 20.0, bounds=(-1000.0, 1000.0), random_state=0),
         LabelDPClassifier(LogisticRegression(), "rr-with-prior", 20.0, classes=list(range(-1, 10)), random_state=0),
         LabelDPClassifier(LogisticRegression(), "rr-with-prior", 20.0, n_stages=2, classes=list(range(-1, 10)), random_state=0),
     ],

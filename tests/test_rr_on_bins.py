@@ -241,9 +241,10 @@ def test_prior_is_the_noisy_histogram():
     assert tiny.prior_epsilon_ == 1e-3
     assert np.abs(tiny.prior_ - exact).sum() > 0.2  # noise of scale 2000 per count
     assert tiny.epsilon_spent_ == pytest.approx(1e-3)
-    big = RROnBins(epsilon=8.0, bounds=(0, 10), prior_epsilon=4.0, random_state=0).fit(y)
-    assert np.abs(big.prior_ - exact).sum() < 0.02
-    assert not np.array_equal(big.prior_, exact)
+    bigs = [RROnBins(epsilon=8.0, bounds=(0, 10), prior_epsilon=4.0).fit(y).prior_ for _ in range(5)]
+    assert all(np.abs(big - exact).sum() < 0.02 for big in bigs)
+    # Each fit leaves all 11 counts unchanged with probability ~0.05: not all five.
+    assert not all(np.array_equal(big, exact) for big in bigs)
     # Two fits with different seeds draw different histograms.
     other = RROnBins(epsilon=1.0, bounds=(0, 10), prior_epsilon=1e-3, random_state=1).fit(y)
     assert not np.allclose(tiny.prior_, other.prior_)
@@ -309,10 +310,10 @@ def test_lookup_equals_nearest_domain_value():
 
 
 def test_labels_outside_domain_are_clipped():
-    mech = RROnBins(epsilon=60.0, bounds=(0, 10), prior_epsilon=1.0, random_state=0)
+    mech = RROnBins(epsilon=30.0, bounds=(0, 10), prior_epsilon=1.0, random_state=0)
     out = mech.fit_transform(np.array([-1e6, 3.2, 4e6, 10.0, 0.0] * 40))
     ends = mech.output_values_[mech.bin_map_[[0, -1]]]
-    # eps2 = 59: RR keeps the bin with probability 1 - O(e^-59).
+    # eps2 = 29: RR keeps the bin with probability 1 - O(e^-29).
     np.testing.assert_array_equal(out[0::5], ends[0])
     np.testing.assert_array_equal(out[2::5], ends[1])
 

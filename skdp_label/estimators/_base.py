@@ -1,9 +1,12 @@
 """What LabelDPRegressor and LabelDPClassifier share: the mechanism, checks
 made before anything is spent, metadata routing and delegation."""
 
-from numbers import Real
+import inspect
+import warnings
+from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
 from sklearn.utils import Bunch, get_tags
 from sklearn.utils._param_validation import HasMethods, Interval
@@ -13,11 +16,23 @@ from sklearn.utils.metadata_routing import (
     _routing_enabled,
     process_routing,
 )
-from sklearn.utils.validation import check_array, check_consistent_length, check_is_fitted
+from sklearn.utils.validation import (
+    _check_sample_weight,
+    _num_samples,
+    check_array,
+    check_consistent_length,
+    check_is_fitted,
+)
 
 from .._accountant import BudgetAccountant
 from ..mechanisms._base import BaseLabelMechanism
 from ..mechanisms._registry import make_mechanism
+from ..utils._random import (
+    PrivacyLeakWarning,
+    check_random_state,
+    public_fingerprint,
+    release_generator,
+)
 
 __all__ = ["BaseLabelDPEstimator"]
 
@@ -33,16 +48,40 @@ class BaseLabelDPEstimator(MetaEstimatorMixin, BaseEstimator):
         "mechanism": [str, BaseLabelMechanism],
         "epsilon": [Interval(Real, 0, None, closed="neither")],
         "accountant": [BudgetAccountant, None],
-        "random_state": ["random_state", np.random.Generator],
+        "random_state": [
+            Interval(Integral, 0, None, closed="left"),
+            None,
+            np.random.Generator,
+            np.random.RandomState,
+            np.random.SeedSequence,
+        ],
     }
 
+    # -- randomness --------------------------------------------------------------
+    def _fit_context(self, X):
+        """Public identity of a seeded fit: its features. Fits on different
+        rows (other folds, the refit) get different noise streams; a refit on
+        the same features reproduces the same fit. Only computed for integer
+        seeds (it hashes the features)."""
+        if self.random_state is None:
+            return ()
+        if not (hasattr(X, "iloc") or sp.issparse(X)):
+            X = np.asarray(X)
+        return public_fingerprint(type(self).__name__, X)
+
+    def _fit_generator(self, context):
+        """Generator for this fit's own random choices (stage split, clusters,
+        cluster histograms); local to ``fit``, never stored."""
+        return release_generator(self.random_state, context + (0,), owner=type(self).__name__)
+
     # -- the mechanism ------------------------------------------------------
-    def _build_mechanism(self, epsilon, rng, accountant, **public):
+    def _build_mechanism(self, epsilon, random_state, accountant, **public):
         """A fresh mechanism: by registered name, or a clone of an instance.
 
         For an instance, the estimator's ``epsilon`` replaces the instance's
         (so that ``epsilon`` can be tuned like any parameter), and the
-        estimator's ``accountant`` and random source are used when given.
+        estimator's ``accountant`` and ``random_state`` are used when given.
+        ``random_state`` is None or an int (see :meth:`_fit_context`).
         """
         if isinstance(self.mechanism, str):
             params = {k: v for k, v in public.items() if v is not None}
@@ -52,11 +91,11 @@ class BaseLabelDPEstimator(MetaEstimatorMixin, BaseEstimator):
                 task=self._task,
                 epsilon=epsilon,
                 accountant=accountant,
-                random_state=rng,
+                random_state=random_state,
                 **params,
             )
         mech = clone(self.mechanism)
-        updates = {"epsilon": epsilon, "random_state": rng}
+        updates = {"epsilon": epsilon, "random_state": random_state}
         # Public inputs the instance leaves unset (e.g. classes) are filled in.
         own = mech.get_params(deep=False)
         updates.update({k: v for k, v in public.items() if k in own and own[k] is None})
@@ -65,18 +104,24 @@ class BaseLabelDPEstimator(MetaEstimatorMixin, BaseEstimator):
         return mech.set_params(**updates)
 
     # -- checks before any budget is spent -------------------------------------
-    def _check_inputs_before_spending(self, X, y):
-        """Raise on bad X (empty, wrong length, NaN if the base refuses NaN)
-        before the labels are randomized."""
+    def _check_inputs_before_spending(self, X, y, fit_params):
+        """Raise on anything the base estimator would reject about X, y's
+        shape or the fit parameters, before the labels are randomized.
+
+        Returns the fit parameters routed to the base estimator.
+        """
+        check_random_state(self.random_state, owner=type(self).__name__)
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
         try:
-            allow_nan = get_tags(self.base_estimator).input_tags.allow_nan
-        except Exception:  # a base estimator without tags: let it check NaN itself
-            allow_nan = True
+            base_tags = get_tags(self.base_estimator)
+        except Exception:  # a base estimator without tags: let it check X itself
+            base_tags = None
+        allow_nan = True if base_tags is None else base_tags.input_tags.allow_nan
+        accept_sparse = True if base_tags is None else base_tags.input_tags.sparse
         check_array(
             X,
-            accept_sparse=True,
+            accept_sparse=accept_sparse,
             dtype=None,
             ensure_all_finite=not allow_nan,
             ensure_2d=False,
@@ -85,6 +130,62 @@ class BaseLabelDPEstimator(MetaEstimatorMixin, BaseEstimator):
             input_name="X",
         )
         check_consistent_length(X, y)
+        y_shape = getattr(y, "shape", None) or np.asarray(y).shape
+        if len(y_shape) > 2:
+            raise ValueError(f"y must be 1-D or 2-D, got an array with {len(y_shape)} dimensions.")
+        if len(y_shape) == 2 and y_shape[1] > 1:
+            multi_output = base_tags is not None and base_tags.target_tags.multi_output
+            if self._task == "classification" or not multi_output:
+                raise ValueError(
+                    f"y has {y_shape[1]} columns, but {type(self.base_estimator).__name__} "
+                    f"{'in LabelDPClassifier ' if self._task == 'classification' else ''}"
+                    "takes one label column. Pass a 1-D y."
+                )
+        routed = self._routed("fit", fit_params)
+        self._check_fit_params(X, routed)
+        return routed
+
+    def _check_fit_params(self, X, fit_params):
+        """Lengths and sample weights of the routed fit parameters, and that
+        the base estimator's fit accepts them."""
+        signature = inspect.signature(self.base_estimator.fit).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.values())
+        n_samples = _num_samples(X)
+        for name, value in fit_params.items():
+            if not takes_any and name not in signature:
+                raise ValueError(
+                    f"{type(self.base_estimator).__name__}.fit does not accept the fit "
+                    f"parameter {name!r}."
+                )
+            if name == "sample_weight" and value is not None:
+                _check_sample_weight(value, X)
+                if not np.all(np.isfinite(np.asarray(value, dtype=np.float64))):
+                    raise ValueError("sample_weight must be finite.")
+            elif hasattr(value, "__len__") and not isinstance(value, (str, dict)) and np.ndim(value) >= 1:
+                if _num_samples(value) != n_samples:
+                    raise ValueError(
+                        f"fit parameter {name!r} has {_num_samples(value)} rows, X has {n_samples}."
+                    )
+
+    # -- scoring -------------------------------------------------------------------
+    def _warn_true_label_scoring(self):
+        if getattr(self, "_warned_true_label_score", False):
+            return
+        self._warned_true_label_score = True
+        noisy = (
+            "skdp_label.estimators.unbiased_mse_scorer"
+            if self._task == "regression"
+            else "skdp_label.estimators.debiased_accuracy_scorer"
+        )
+        warnings.warn(
+            f"{type(self).__name__}.score compares predictions with the labels it is given. If "
+            "these are the private labels (e.g. GridSearchCV or cross_val_score with the default "
+            "scoring), model selection reads true labels and is not covered by the label-DP "
+            f"guarantee. Score on noisy labels instead, e.g. scoring={noisy.split('.')[-1]}(...) "
+            f"from {noisy.rsplit('.', 1)[0]}.",
+            PrivacyLeakWarning,
+            stacklevel=3,
+        )
 
     # -- metadata routing ---------------------------------------------------------
     def get_metadata_routing(self):

@@ -14,7 +14,7 @@ from sklearn.utils.validation import _check_method_params, check_is_fitted, colu
 
 from ..mechanisms._validation import check_classes, encode_classes
 from ..mechanisms.classification._solver import temper
-from ..utils._random import check_random_generator
+from ..utils._random import derive_random_state
 from ._base import BaseLabelDPEstimator
 from ._cluster_prior import cluster_priors, feature_clusters
 from ._multistage import in_top_k, partition_stages, stage_fractions
@@ -84,9 +84,12 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
     accountant : BudgetAccountant, optional
         Charged with every release; shared by clones, so model selection is
         accounted.
-    random_state : None, int or numpy Generator
-        Source of the label noise and the stage split; ``None`` seeds from
-        OS entropy.
+    random_state : None or int, default=None
+        Source of the label noise, the stage split and the clusters.
+        ``None`` (the default, and the only private choice) draws fresh OS
+        entropy for every fit and keeps none of it. An int makes fits
+        reproducible (streams derived from the seed and the features) and emits :class:`~skdp_label.utils.PrivacyLeakWarning`.
+        Generators are refused.
 
     Attributes
     ----------
@@ -96,8 +99,8 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
     mechanism_ : label mechanism
         The last stage's mechanism; ``mechanisms_`` lists all stages'.
     epsilon_spent_ : float
-        Epsilon spent per label by the last ``fit`` (prior plus stages,
-        which compose in parallel).
+        Epsilon spent per label by this object, cumulative over its fits
+        (within a fit: prior plus stages, which compose in parallel).
     prior_epsilon_ : float
         Epsilon spent on the cluster prior (0 if none).
     stage_sizes_ : list of int
@@ -224,7 +227,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         self : object
         """
         # Everything that can fail is checked before any budget is spent.
-        self._check_inputs_before_spending(X, y)
+        routed = self._check_inputs_before_spending(X, y, fit_params)
         if sp.issparse(X):
             X = X.tocsr()  # stages index rows
         elif not hasattr(X, "iloc"):
@@ -233,7 +236,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         self.classes_ = classes
         eps_prior = self._check_budget_split()
         eps_labels = float(self.epsilon) - eps_prior
-        rng = check_random_generator(self.random_state)
+        context = self._fit_context(X)
+        # Local to this fit: the stage split, the clusters and their noisy
+        # histograms. Never stored.
+        rng = self._fit_generator(context)
         accountant = self.accountant
         if accountant is None and not isinstance(self.mechanism, str):
             accountant = getattr(self.mechanism, "accountant", None)
@@ -242,8 +248,11 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         # The stages' mechanisms never charge the accountant themselves: this
         # estimator charges them as one disjoint group.
         mechanisms = [
-            self._build_mechanism(eps_labels, rng, None, classes=classes).set_params(accountant=None)
-            for _ in range(n_stages)
+            self._build_mechanism(
+                eps_labels, derive_random_state(self.random_state, context + (stage + 1,)), None,
+                classes=classes,
+            ).set_params(accountant=None)
+            for stage in range(n_stages)
         ]
         needs_priors = n_stages > 1 or self.prior == "clusters"
         if needs_priors and not hasattr(mechanisms[0], "randomize"):
@@ -258,8 +267,6 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         stage_costs = [mech._total_cost() for mech in mechanisms]
         if accountant is not None:
             accountant.check(eps_prior + max(c[0] for c in stage_costs), max(c[1] for c in stage_costs))
-        routed = self._routed("fit", fit_params)
-
         priors = None
         if self.prior == "clusters":
             cluster_of, n_clusters = feature_clusters(X, self.n_clusters, rng)  # public: free
@@ -311,7 +318,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         self.mechanisms_ = mechanisms
         self.mechanism_ = mechanisms[-1]
         self.prior_epsilon_ = eps_prior
-        self.epsilon_spent_ = eps_prior + max(float(m.epsilon_spent_) for m in mechanisms)
+        # Stages compose in parallel (disjoint rows); refits add up.
+        self.epsilon_spent_ = getattr(self, "epsilon_spent_", 0.0) + eps_prior + max(
+            float(m.epsilon_spent_) for m in mechanisms
+        )
         self.stage_sizes_ = [int(r.shape[0]) for r in parts]
         return self
 
@@ -349,6 +359,27 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         """
         proba = self._delegate("predict_proba", X, predict_proba_params)
         return self._all_classes(self.estimator_, proba)
+
+    def score(self, X, y, sample_weight=None):
+        """Accuracy of the fitted model on labels ``y``.
+
+        Scoring on true labels is not covered by the privacy guarantee (a
+        :class:`~skdp_label.utils.PrivacyLeakWarning` says so once per
+        estimator); to select models privately, score on noisy labels with
+        :func:`~skdp_label.estimators.debiased_accuracy_scorer`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), optional
+
+        Returns
+        -------
+        score : float
+        """
+        self._warn_true_label_scoring()
+        return super().score(X, y, sample_weight=sample_weight)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -3,7 +3,7 @@
 from sklearn.base import RegressorMixin, _fit_context
 from sklearn.utils.validation import check_is_fitted
 
-from ..utils._random import check_random_generator
+from ..utils._random import derive_random_state
 from ._base import BaseLabelDPEstimator
 
 __all__ = ["LabelDPRegressor"]
@@ -42,9 +42,15 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
     accountant : BudgetAccountant, optional
         Charged with every randomization; shared by clones, so model
         selection is accounted.
-    random_state : None, int or numpy Generator
-        Source of the label noise; ``None`` seeds from OS entropy. The base
-        estimator keeps its own ``random_state``.
+    random_state : None or int, default=None
+        Source of the label noise. ``None`` (the default, and the only
+        private choice) draws fresh OS entropy for every fit and keeps none
+        of it. An int makes fits reproducible for experiments: the noise of
+        a fit is derived from the seed and the features (so folds and the
+        refit of a model selection never share a stream), and a
+        :class:`~skdp_label.utils.PrivacyLeakWarning` is emitted because the
+        seed is readable from the estimator. Generators are refused. The
+        base estimator keeps its own ``random_state``.
 
     Attributes
     ----------
@@ -53,7 +59,8 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
     estimator_ : estimator
         The base estimator fitted on the noisy labels.
     epsilon_spent_ : float
-        Epsilon spent per label by the last ``fit``.
+        Epsilon spent per label by this object, cumulative over all its
+        fits (each fit randomizes again and is charged again).
     n_features_in_ : int
         Number of features seen by the base estimator.
 
@@ -129,18 +136,19 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         -------
         self : object
         """
-        self._check_inputs_before_spending(X, y)
+        # Everything that can fail is checked before any budget is spent.
+        routed = self._check_inputs_before_spending(X, y, fit_params)
         mechanism = self._build_mechanism(
             float(self.epsilon),
-            check_random_generator(self.random_state),
+            derive_random_state(self.random_state, self._fit_context(X)),
             self.accountant,
             bounds=self.bounds,
             domain=self.domain,
         )
         y_noisy = mechanism.fit_transform(y)
-        self.estimator_ = self._fit_base(X, y_noisy, self._routed("fit", fit_params))
+        self.estimator_ = self._fit_base(X, y_noisy, routed)
         self.mechanism_ = mechanism
-        self.epsilon_spent_ = float(mechanism.epsilon_spent_)
+        self.epsilon_spent_ = getattr(self, "epsilon_spent_", 0.0) + float(mechanism.epsilon_spent_)
         return self
 
     def predict(self, X, **predict_params):
@@ -177,6 +185,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         score : float
         """
         check_is_fitted(self)
+        self._warn_true_label_scoring()
         return self.estimator_.score(X, y, **self._routed("score", score_params))
 
     def __sklearn_tags__(self):

@@ -167,8 +167,8 @@ def debiased_accuracy(y_noisy, y_pred, mechanism, sample_weight=None):
     >>> rr = RandomizedResponse(epsilon=1.0, classes=[0, 1, 2], random_state=0)
     >>> y = np.repeat([0, 1, 2], 20_000)
     >>> y_noisy = rr.fit_transform(y)
-    >>> round(debiased_accuracy(y_noisy, y, rr), 2)  # a perfect predictor
-    1.0
+    >>> bool(abs(debiased_accuracy(y_noisy, y, rr) - 1.0) < 0.03)  # a perfect predictor
+    True
     """
     check_is_fitted(mechanism)
     name = type(mechanism).__name__

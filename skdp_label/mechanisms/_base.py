@@ -22,7 +22,7 @@ Privacy bookkeeping, done here once for all mechanisms:
 """
 
 from abc import ABCMeta, abstractmethod
-from numbers import Real
+from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
@@ -31,9 +31,32 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._accountant import BudgetAccountant
-from ..utils._random import check_random_generator
+from ..utils._random import check_random_state, public_fingerprint, release_generator
 
 __all__ = ["BaseLabelMechanism", "BaseDiscreteMechanism"]
+
+# Parameters a fitted mechanism may change without refitting: the source of
+# future noise. Everything else (epsilon, bounds, classes, prior, delta, the
+# accountant, ...) is bound to what fit computed.
+_UNBOUND_PARAMS = frozenset({"random_state"})
+
+
+def _canonical(value):
+    """A comparable form of a public parameter value (for the fit binding)."""
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, Real):
+        return float(value)
+    if isinstance(value, BudgetAccountant):
+        return ("accountant", getattr(value, "ledger_id", None) or id(value))
+    if isinstance(value, (list, tuple)) and len(value) <= 64:
+        return (type(value).__name__,) + tuple(_canonical(v) for v in value)
+    if isinstance(value, (list, tuple, np.ndarray)):
+        value = np.asarray(value)  # memmaps and lists compare by content
+    try:
+        return ("hash", public_fingerprint(value))
+    except Exception:  # e.g. a lambda loss: compare by identity
+        return ("object", id(value))
 
 
 class BaseLabelMechanism(TransformerMixin, BaseEstimator, metaclass=ABCMeta):
@@ -43,17 +66,33 @@ class BaseLabelMechanism(TransformerMixin, BaseEstimator, metaclass=ABCMeta):
     only on public inputs and, if any, on an accounted noisy statistic) and
     :meth:`_randomize_column` (sampling). They may extend
     :meth:`_check_label_values` to reject labels outside their declared
-    domain.
+    domain, and :meth:`_check_public_inputs` to validate public parameters
+    before anything is spent.
+
+    Randomness (docs/randomness.md): every release gets its own generator
+    from :func:`~skdp_label.utils.release_generator`, passed to the hooks and
+    never stored. ``epsilon`` is capped at ``_max_epsilon``, above which the
+    samplers cannot represent the mechanism's smallest probabilities.
     """
 
     _parameter_constraints: dict = {
         "epsilon": [Interval(Real, 0, None, closed="neither")],
         "accountant": [BudgetAccountant, None],
-        "random_state": ["random_state", np.random.Generator],
+        # Generators are listed so that check_random_state refuses them with a
+        # message that says why.
+        "random_state": [
+            Interval(Integral, 0, None, closed="left"),
+            None,
+            np.random.Generator,
+            np.random.RandomState,
+            np.random.SeedSequence,
+        ],
     }
 
     #: numpy dtype the labels are converted to (None keeps their dtype).
     _label_dtype = np.float64
+    #: Largest epsilon the samplers represent faithfully (continuous noise).
+    _max_epsilon = 20.0
 
     @abstractmethod
     def __init__(self, epsilon=1.0, *, accountant=None, random_state=None):
@@ -67,15 +106,22 @@ class BaseLabelMechanism(TransformerMixin, BaseEstimator, metaclass=ABCMeta):
         """Compute the mechanism. ``y`` is the validated 2-D label array.
 
         Only public inputs may be used, or noisy statistics of ``y`` whose
-        cost is charged with :meth:`_charge` first.
+        cost is charged with :meth:`_charge` first, drawn from a generator
+        of :meth:`_release_generator`.
         """
 
     @abstractmethod
     def _randomize_column(self, y, rng):
-        """Randomize one validated label column (1-D); return the outputs."""
+        """Randomize one validated label column (1-D); return the outputs.
+
+        ``rng`` is this release's generator: use it, never keep it.
+        """
 
     def _check_label_values(self, y):
         """Reject labels outside the declared domain (raise ValueError)."""
+
+    def _check_public_inputs(self):
+        """Validate public parameters (raise ValueError) before any spend."""
 
     def _release_cost(self):
         """(epsilon, delta) one label costs in ``transform``."""
@@ -84,6 +130,47 @@ class BaseLabelMechanism(TransformerMixin, BaseEstimator, metaclass=ABCMeta):
     def _total_cost(self):
         """(epsilon, delta) one label costs in ``fit`` + ``transform``."""
         return float(self.epsilon), 0.0
+
+    # -- randomness ---------------------------------------------------------
+    def _release_generator(self, step, n_labels):
+        """A fresh generator for one release of ``n_labels`` labels.
+
+        With an integer seed the stream is a function of the seed and this
+        public context only, so a seeded release is reproducible (and two
+        seeded releases with the same context share noise: see
+        docs/randomness.md).
+        """
+        return release_generator(
+            self.random_state,
+            public_fingerprint(type(self).__name__, step, int(n_labels)),
+            owner=type(self).__name__,
+        )
+
+    # -- parameters bound to the fit ------------------------------------------
+    def _public_signature(self):
+        return {
+            name: _canonical(value)
+            for name, value in self.get_params(deep=False).items()
+            if name not in _UNBOUND_PARAMS
+        }
+
+    def _check_unchanged_since_fit(self):
+        """Refuse to sample if a parameter changed after ``fit``.
+
+        The mechanism samples from what ``fit`` computed (matrix, noise
+        scale, prior); charging a new epsilon for it would misstate the cost.
+        """
+        fitted = getattr(self, "_fit_signature", None)
+        if fitted is None:
+            return
+        current = self._public_signature()
+        changed = sorted(k for k in set(fitted) | set(current) if fitted.get(k) != current.get(k))
+        if changed:
+            raise ValueError(
+                f"{type(self).__name__}: parameter(s) {', '.join(changed)} changed since fit; the "
+                "fitted mechanism was computed for the old values, so it would not cost what "
+                "would be charged. Call fit again (or fit_transform) before transforming."
+            )
 
     # -- label validation -------------------------------------------------
     def _validate_labels(self, y, *, reset):
@@ -108,15 +195,35 @@ class BaseLabelMechanism(TransformerMixin, BaseEstimator, metaclass=ABCMeta):
             y_arr,
             reset=reset,
             dtype=self._label_dtype,
-            ensure_all_finite=True,
+            ensure_all_finite=False,
             ensure_min_samples=1,
         )
+        if y2d.dtype.kind in "fc":
+            bad = int(np.count_nonzero(~np.isfinite(y2d)))
+            if bad:
+                raise ValueError(
+                    f"{type(self).__name__}: {bad} label(s) are NaN or infinite; labels must be "
+                    "finite numbers."
+                )
         self._check_label_values(y2d)
         return y2d, one_d
 
+    def _check_epsilon_cap(self):
+        if float(self.epsilon) > self._max_epsilon:
+            raise ValueError(
+                f"{type(self).__name__}: epsilon={float(self.epsilon):g} exceeds this mechanism's cap "
+                f"of {self._max_epsilon:g}. Above it the sampler cannot represent the smallest "
+                "probabilities of the mechanism faithfully (and labels are released almost "
+                "unchanged anyway); see docs/sampling.md."
+            )
+
     # -- accounting -------------------------------------------------------
     def _charge(self, epsilon, delta, *, n_labels, step):
-        """Check the budget and record a release, before any randomization."""
+        """Check the budget and record a release, before any randomization.
+
+        ``epsilon_spent_`` and ``delta_spent_`` are cumulative: everything
+        this object has charged since it was constructed.
+        """
         if self.accountant is not None:
             self.accountant.spend(
                 epsilon,
@@ -145,16 +252,18 @@ class BaseLabelMechanism(TransformerMixin, BaseEstimator, metaclass=ABCMeta):
         -------
         self : object
         """
+        check_random_state(self.random_state, owner=type(self).__name__)
+        self._check_epsilon_cap()
+        self._check_public_inputs()
         y2d, _ = self._validate_labels(y, reset=True)
         n_columns = y2d.shape[1]
         if self.accountant is not None:
             # Fail before spending anything if a full release cannot fit.
             eps, delta = self._total_cost()
             self.accountant.check(eps * n_columns, delta * n_columns)
-        self.epsilon_spent_ = 0.0
-        self.delta_spent_ = 0.0
-        self._rng = check_random_generator(self.random_state)
+        self._fit_signature = None
         self._fit_mechanism(y2d)
+        self._fit_signature = self._public_signature()
         return self
 
     def transform(self, y):
@@ -172,13 +281,16 @@ class BaseLabelMechanism(TransformerMixin, BaseEstimator, metaclass=ABCMeta):
             per-label epsilon again for every column.
         """
         check_is_fitted(self)
+        self._check_unchanged_since_fit()
+        check_random_state(self.random_state, owner=type(self).__name__)
         y2d, one_d = self._validate_labels(y, reset=False)
         eps, delta = self._release_cost()
         n_columns = y2d.shape[1]
         self._charge(
             eps * n_columns, delta * n_columns, n_labels=y2d.shape[0], step="randomized labels"
         )
-        columns = [self._randomize_column(y2d[:, j], self._rng) for j in range(n_columns)]
+        rng = self._release_generator("randomized labels", y2d.shape[0])
+        columns = [self._randomize_column(y2d[:, j], rng) for j in range(n_columns)]
         out = np.column_stack(columns) if n_columns > 1 else columns[0].reshape(-1, 1)
         return out.ravel() if one_d else out
 
@@ -222,7 +334,13 @@ class BaseDiscreteMechanism(BaseLabelMechanism):
             raise ValueError("labels are not among the mechanism's input values.")
         return codes
 
+    _max_epsilon = 30.0
+
     def _randomize_column(self, y, rng):
+        return self.output_values_[self._sample_codes(self._encode_labels(y), rng)]
+
+    def _sample_codes(self, codes, rng):
+        """Output index for each input index ``codes``, drawn from the matrix."""
         from .._kernels._sampling import categorical_rows
 
         cdf = getattr(self, "_cdf", None)
@@ -230,6 +348,4 @@ class BaseDiscreteMechanism(BaseLabelMechanism):
             cdf = np.cumsum(self.transition_matrix_, axis=1)
             cdf[:, -1] = 1.0
             self._cdf = cdf
-        codes = self._encode_labels(y)
-        picked = categorical_rows(codes, rng.random(codes.shape[0]), cdf)
-        return self.output_values_[picked]
+        return categorical_rows(codes, rng.random(codes.shape[0]), cdf)

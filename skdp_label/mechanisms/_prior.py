@@ -167,6 +167,10 @@ class BasePriorMechanism(BaseDiscreteMechanism):
     def _encode_labels(self, y):
         return nearest_domain_index(self.input_values_, y)
 
+    def _histogram_codes(self, y, rng):
+        """Domain index of each label for the noisy histogram."""
+        return self._encode_labels(y)
+
     def _total_cost(self):
         return float(self.epsilon), 0.0
 
@@ -188,10 +192,11 @@ class BasePriorMechanism(BaseDiscreteMechanism):
             n_columns = y.shape[1]
             # Every column's histogram is a release of that column's labels.
             self._charge(eps1 * n_columns, 0.0, n_labels=y.shape[0], step="noisy label histogram")
-            codes = self._encode_labels(y.ravel())
+            rng = self._release_generator("noisy label histogram", y.shape[0])
+            codes = self._histogram_codes(y.ravel(), rng)
             # Pooled over columns: one row changes at most n_columns labels, each
             # costing eps1, which is what was charged above.
-            self.prior_ = noisy_histogram(codes, values.size, eps1, self._rng)
+            self.prior_ = noisy_histogram(codes, values.size, eps1, rng)
         self._build_mechanism(values, self.prior_, eps_labels)
         cdf = np.cumsum(self.transition_matrix_, axis=1)
         cdf[:, -1] = 1.0

@@ -1,5 +1,5 @@
 """Utilities shared by mechanisms and estimators."""
 
-from ._random import check_random_generator
+from ._random import PrivacyLeakWarning, check_random_state, release_generator
 
-__all__ = ["check_random_generator"]
+__all__ = ["PrivacyLeakWarning", "check_random_state", "release_generator"]

@@ -1,34 +1,133 @@
-"""Random sources and the power-of-two grid used for continuous noise."""
+"""Where label noise comes from: the one place that makes random generators.
 
+The randomness model (docs/randomness.md):
+
+* Every release (a ``transform``, a noisy histogram, one stage of a
+  multi-stage fit) asks :func:`release_generator` for a new Generator, uses
+  it, and drops it. No fitted object stores a Generator, BitGenerator,
+  SeedSequence or seed drawn from entropy, so pickles and copies hold
+  nothing that reproduces past or future noise, and copies draw
+  independent noise.
+* ``random_state=None`` reads fresh OS entropy at release time.
+* An integer ``random_state`` is for reproducible experiments: streams are
+  derived from the seed and public context (features, release counter), so
+  different fits in one model-selection run do not reuse one stream; it
+  emits :class:`PrivacyLeakWarning` since the seed is readable.
+
+This module also holds the power-of-two grid of continuous noise.
+"""
+
+import hashlib
 import math
+import warnings
 from numbers import Integral
 
+import joblib
 import numpy as np
 
-__all__ = ["check_random_generator", "power_of_two_grid"]
+__all__ = [
+    "PrivacyLeakWarning",
+    "check_random_state",
+    "release_generator",
+    "derive_random_state",
+    "public_fingerprint",
+    "power_of_two_grid",
+]
 
 
-def check_random_generator(random_state):
-    """Turn ``random_state`` into a numpy ``Generator``.
+class PrivacyLeakWarning(UserWarning):
+    """A configuration or use that weakens the label-DP guarantee.
 
-    ``None`` draws a fresh seed from the operating system's entropy source
-    (never a global or time-based seed); an integer or ``SeedSequence`` gives
-    a reproducible generator; a ``Generator`` is used as is. A legacy
-    ``RandomState`` is accepted (scikit-learn passes them around) and seeds a
-    new ``Generator`` from its stream.
+    Raised, for example, when labels are randomized with a fixed integer
+    ``random_state`` (anyone who knows the seed can reproduce the noise and
+    subtract it), or when a label-DP estimator is scored on true labels
+    during model selection.
+    """
+
+
+# Types that hold (or reproduce) a random stream: never accepted as a
+# parameter, because a fitted object holding one lets its receiver replay the
+# noise (rewind a PCG64 and subtract).
+_STREAM_TYPES = (
+    np.random.Generator,
+    np.random.RandomState,
+    np.random.BitGenerator,
+    np.random.SeedSequence,
+)
+
+
+def check_random_state(random_state, owner="random_state"):
+    """Validate a ``random_state`` parameter: ``None`` or a non-negative int.
+
+    Generators, ``RandomState`` and ``SeedSequence`` objects are refused: the
+    estimator stores its parameters, so a pickle of it would carry the
+    stream that produced the noise.
     """
     if random_state is None:
-        return np.random.default_rng(np.random.SeedSequence())
-    if isinstance(random_state, np.random.Generator):
-        return random_state
-    if isinstance(random_state, (Integral, np.random.SeedSequence)):
-        return np.random.default_rng(random_state)
-    if isinstance(random_state, np.random.RandomState):
-        return np.random.default_rng(random_state.randint(0, 2**63 - 1, dtype=np.int64))
+        return None
+    if isinstance(random_state, _STREAM_TYPES):
+        raise ValueError(
+            f"{owner}: random_state must be None (fresh OS entropy for every release) or a "
+            f"non-negative int; a {type(random_state).__name__} is refused because an "
+            "estimator that stores it lets anyone holding the estimator replay the label noise."
+        )
+    if isinstance(random_state, Integral) and not isinstance(random_state, bool) and random_state >= 0:
+        return int(random_state)
     raise ValueError(
-        f"random_state must be None, an int, a SeedSequence or a numpy Generator, "
-        f"got {random_state!r}."
+        f"{owner}: random_state must be None or a non-negative int, got a "
+        f"{type(random_state).__name__}."
     )
+
+
+def public_fingerprint(*parts):
+    """A tuple of 32-bit words identifying public context (never labels).
+
+    Used to separate the noise streams of releases made with one integer
+    seed: e.g. the public features of a fit, a release counter, a step name.
+    """
+    digest = hashlib.blake2b(joblib.hash(parts).encode(), digest_size=16).digest()
+    return tuple(int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4))
+
+
+def _warn_fixed_seed(owner):
+    warnings.warn(
+        f"{owner} randomizes private labels with a fixed integer random_state: anyone who "
+        "knows the seed (it is stored in the estimator's parameters) can reproduce the noise "
+        "and recover the labels. Use random_state=None for real releases; fixed seeds are for "
+        "tests and reproducible experiments.",
+        PrivacyLeakWarning,
+        stacklevel=4,
+    )
+
+
+def release_generator(random_state, context=(), owner="A mechanism"):
+    """The numpy Generator for one release. Callers must not store it.
+
+    ``None`` draws fresh OS entropy (``SeedSequence()`` reads 128 bits from
+    ``secrets``) and forgets it when the release returns. An integer seed
+    gives a reproducible stream, separated from the streams of other
+    releases by ``context`` (a tuple of non-negative ints identifying the
+    release from public information), and emits :class:`PrivacyLeakWarning`.
+    """
+    seed = check_random_state(random_state)
+    if seed is None:
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence()))
+    _warn_fixed_seed(owner)
+    return np.random.Generator(
+        np.random.PCG64(np.random.SeedSequence(entropy=seed, spawn_key=tuple(context)))
+    )
+
+
+def derive_random_state(random_state, context=()):
+    """``random_state`` for a sub-step: ``None`` stays ``None`` (fresh entropy
+    at the sub-step's own release time), an int becomes a new int derived from
+    it and the public ``context``, so that different sub-steps never share a
+    stream."""
+    seed = check_random_state(random_state)
+    if seed is None:
+        return None
+    words = np.random.SeedSequence(entropy=seed, spawn_key=tuple(context)).generate_state(2)
+    return int(words[0]) | (int(words[1]) << 32)
 
 
 # Bits of resolution the grid keeps below the noise scale. The sampler

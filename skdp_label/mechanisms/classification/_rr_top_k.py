@@ -139,6 +139,7 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
         """
         if not hasattr(self, "transition_matrix_"):
             self.fit(y)
+        self._check_unchanged_since_fit()
         y2d, one_d = self._validate_labels(y, reset=False)
         if not one_d or y2d.shape[1] != 1:
             raise ValueError("randomize takes a 1-D array of labels.")
@@ -148,8 +149,9 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
         ks = self._choose_k(priors, order)
         eps, delta = self._release_cost()
         self._charge(eps, delta, n_labels=codes.shape[0], step="randomized labels (per-example priors)")
+        rng = self._release_generator("randomized labels (per-example priors)", codes.shape[0])
         picked = rr_top_k_indices(
-            codes, order, ks, self._rng.random(codes.shape[0]), math.exp(-float(self.epsilon))
+            codes, order, ks, rng.random(codes.shape[0]), math.exp(-float(self.epsilon))
         )
         return self._as_label_dtype(self.output_values_[picked], y2d)
 

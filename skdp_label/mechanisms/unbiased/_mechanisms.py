@@ -60,10 +60,16 @@ class _UnbiasedRoundingMixin:
         n = auto_grid_size(float(self.epsilon)) if self.grid_size == "auto" else int(self.grid_size)
         return np.linspace(lo, hi, n)
 
-    def _encode_labels(self, y):
+    def _round_labels(self, y, rng):
         # Unbiased randomized rounding (001 §3), one uniform per label from
-        # the mechanism's generator: E[grid value] = y for y inside the grid.
-        return randomized_rounding_indices(self.input_values_, y, self._rng.random(y.shape[0]))
+        # the release's generator: E[grid value] = y for y inside the grid.
+        return randomized_rounding_indices(self.input_values_, y, rng.random(y.shape[0]))
+
+    def _histogram_codes(self, y, rng):
+        return self._round_labels(y, rng)
+
+    def _randomize_column(self, y, rng):
+        return self.output_values_[self._sample_codes(self._round_labels(y, rng), rng)]
 
 
 _GRID_DOC = """    domain : array-like, optional
@@ -286,8 +292,6 @@ class DebiasedRR(_UnbiasedRoundingMixin, BaseDiscreteMechanism):
         self.output_values_ = debiased_rr_outputs(values, float(self.epsilon))
         self.transition_matrix_ = randomized_response_matrix(values.size, float(self.epsilon))
 
-    def _randomize_column(self, y, rng):
-        codes = self._encode_labels(y)
+    def _sample_codes(self, codes, rng):
         k = self.input_values_.shape[0]
-        out = randomized_response_indices(codes, rng.random(codes.shape[0]), k, self.transition_matrix_[0, 0])
-        return self.output_values_[out]
+        return randomized_response_indices(codes, rng.random(codes.shape[0]), k, self.transition_matrix_[0, 0])
