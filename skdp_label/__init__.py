@@ -1,6 +1,6 @@
 """skdp_label: scikit-learn tools for learning with label differential privacy."""
 
-from ._accountant import BudgetAccountant, BudgetExceededError
+from ._accountant import BudgetAccountant, BudgetExceededError, LedgerUnavailableError
 from .estimators import LabelDPClassifier, LabelDPRegressor
 
 __version__ = "0.1.0.dev0"
@@ -10,5 +10,6 @@ __all__ = [
     "BudgetExceededError",
     "LabelDPClassifier",
     "LabelDPRegressor",
+    "LedgerUnavailableError",
     "__version__",
 ]
