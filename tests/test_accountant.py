@@ -184,6 +184,17 @@ def test_temporary_journal_is_private_and_removed_with_its_owner():
     assert not os.path.exists(path)
 
 
+def test_pickle_of_an_older_version_fails_closed():
+    # Older pickles carried a snapshot of the entries and no ledger id: such a
+    # copy cannot show which ledger it belongs to, so it must not spend.
+    acc = BudgetAccountant(epsilon=2.0)
+    old = BudgetAccountant.__new__(BudgetAccountant)
+    old.__setstate__({"epsilon": 2.0, "delta": 0.0, "path": acc._path, "entries": []})
+    with pytest.raises(LedgerUnavailableError, match="older version"):
+        old.spend(1.0, n_labels=1, description="a")
+    assert acc.ledger == []
+
+
 # -- subprocesses ----------------------------------------------------------------
 _REPO = str(Path(__file__).resolve().parents[1])
 
@@ -406,7 +417,13 @@ def _negative_spend(path):
 
 @pytest.mark.parametrize(
     "damage",
-    [_truncate_last_record, _drop_header, _garble_middle, _negative_spend, lambda p: p.write_bytes(b"")],
+    [
+        _truncate_last_record,
+        _drop_header,
+        _garble_middle,
+        _negative_spend,
+        lambda p: p.write_bytes(b""),
+    ],
     ids=["truncated", "no header", "garbled line", "negative spend", "empty"],
 )
 def test_malformed_ledger_fails_closed(tmp_path, damage):
