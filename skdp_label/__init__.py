@@ -1,6 +1,6 @@
 """skdp_label: scikit-learn tools for learning with label differential privacy."""
 
-from ._accountant import BudgetAccountant, BudgetExceededError
+from ._accountant import BudgetAccountant, BudgetExceededError, LedgerUnavailableError
 from .estimators import LabelDPClassifier, LabelDPRegressor
 from .utils import PrivacyLeakWarning
 
@@ -11,6 +11,7 @@ __all__ = [
     "BudgetExceededError",
     "LabelDPClassifier",
     "LabelDPRegressor",
+    "LedgerUnavailableError",
     "PrivacyLeakWarning",
     "__version__",
 ]

@@ -6,37 +6,67 @@ totals never under-count:
 * releases compose sequentially (their epsilons and deltas add up), except
 * releases recorded in one *disjoint group*, which library code opens only
   when it has itself split the rows into disjoint parts (parallel
-  composition): a group costs the maximum of its entries.
+  composition): a group costs the maximum of its entries. Group tokens are
+  random (``uuid4``), so two groups never merge, whichever process, copy or
+  unpickled accountant opened them.
 
-The ledger lives in a small journal file rather than in the Python object,
-so that every copy of the accountant -- the ones scikit-learn's ``clone``
-makes, and the pickled ones joblib sends to worker processes in
-``GridSearchCV(n_jobs=2)`` -- writes to the same ledger. Writes take an
-exclusive file lock, so the budget check and the charge are one atomic step
-across processes.
+The ledger lives in a JSON-lines file rather than in the Python object, so
+that every copy of the accountant -- the ones scikit-learn's ``clone`` makes,
+and the pickled ones joblib sends to worker processes -- writes to the same
+ledger. Every read takes a file lock, and a spend holds an exclusive lock
+while it reads the ledger, checks the budget and appends, so check and charge
+are one atomic step across processes.
+
+The file is either a private temporary journal, removed when the accountant
+that created it is collected, or a persistent ledger at a path the user
+chooses, which later sessions reopen. Either way the file starts with a
+header record holding the budget and a random ledger id. The accountant
+fails closed: when its file is gone, replaced or malformed, it refuses to
+spend (:class:`LedgerUnavailableError`) rather than start over from a copy
+that would forget earlier spends.
 """
 
+import errno
 import fcntl
 import json
 import math
 import os
 import tempfile
-import threading
+import uuid
 import weakref
-from dataclasses import dataclass
-from numbers import Real
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from numbers import Integral, Real
 
-__all__ = ["BudgetAccountant", "BudgetExceededError", "LedgerEntry"]
+__all__ = ["BudgetAccountant", "BudgetExceededError", "LedgerEntry", "LedgerUnavailableError"]
 
 # Slack for floating-point sums when comparing a spend against the budget: a
 # spend that reaches the budget exactly must be allowed despite rounding.
 _BUDGET_RTOL = 1e-12
+
+_FORMAT = "skdp_label-ledger"
+_FORMAT_VERSION = 1
+_HEADER_KEYS = {"record", "format", "version", "ledger_id", "epsilon", "delta"}
+_ENTRY_KEYS = {"record", "description", "n_labels", "epsilon", "delta", "group"}
 
 
 class BudgetExceededError(RuntimeError):
     """Raised when a release would spend more than the remaining budget.
 
     Nothing has been randomized when this is raised.
+    """
+
+
+class LedgerUnavailableError(BudgetExceededError):
+    """Raised when the accountant's ledger cannot be read or written.
+
+    The ledger file is gone (for instance the process that owned a temporary
+    journal has exited), was replaced by another file, or is malformed or
+    truncated. The accountant then refuses every spend and every query of
+    the totals instead of guessing: it never starts over from an old copy.
+    It subclasses :class:`BudgetExceededError` so that code which stops when
+    a release cannot be paid for stops here too. Nothing has been recorded
+    or randomized when this is raised.
     """
 
 
@@ -71,6 +101,163 @@ def _check_cost(value, name):
     return float(value)
 
 
+# -- the file format ------------------------------------------------------
+# Strict JSON has no infinity, and the default budget is infinite: write it
+# as the string "inf" so that any JSON reader can read the ledger.
+def _encode_number(x):
+    return "inf" if x == math.inf else x
+
+
+def _decode_number(x):
+    if x == "inf":
+        return math.inf
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not x >= 0:
+        raise ValueError("not a non-negative number")
+    return float(x)
+
+
+def _dumps(record):
+    return (json.dumps(record, allow_nan=False, sort_keys=True) + "\n").encode("utf-8")
+
+
+def _header_line(ledger_id, epsilon, delta):
+    return _dumps(
+        {
+            "record": "header",
+            "format": _FORMAT,
+            "version": _FORMAT_VERSION,
+            "ledger_id": ledger_id,
+            "epsilon": _encode_number(epsilon),
+            "delta": _encode_number(delta),
+        }
+    )
+
+
+def _entry_line(entry):
+    record = asdict(entry)
+    record["record"] = "release"
+    record["epsilon"] = _encode_number(entry.epsilon)
+    record["delta"] = _encode_number(entry.delta)
+    return _dumps(record)
+
+
+def _parse_ledger(data, path):
+    """Return (header dict, list of LedgerEntry) or raise LedgerUnavailableError.
+
+    Anything unexpected fails closed: an accountant that silently skipped a
+    line it cannot read would under-count.
+    """
+
+    def bad(why):
+        return LedgerUnavailableError(
+            f"The privacy ledger {path} is malformed ({why}); refusing to spend. "
+            "Restore the file from a backup or start a new ledger at another path."
+        )
+
+    if not data:
+        raise bad("the file is empty: no header record")
+    if not data.endswith(b"\n"):
+        raise bad("the last record is incomplete, the file was truncated")
+    lines = data[:-1].split(b"\n")
+    records = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            raise bad(f"line {number} is not a JSON record") from None
+        if not isinstance(record, dict):
+            raise bad(f"line {number} is not a JSON object")
+        records.append(record)
+
+    header = records[0]
+    if (
+        set(header) != _HEADER_KEYS
+        or header["record"] != "header"
+        or header["format"] != _FORMAT
+    ):
+        raise bad("line 1 is not a skdp_label ledger header")
+    if header["version"] != _FORMAT_VERSION:
+        raise bad(f"unsupported ledger format version {header['version']!r}")
+    try:
+        budget = (_decode_number(header["epsilon"]), _decode_number(header["delta"]))
+        ledger_id = uuid.UUID(hex=header["ledger_id"]).hex
+    except (ValueError, TypeError, AttributeError):
+        raise bad("line 1 has an invalid budget or ledger id") from None
+
+    entries = []
+    for number, record in enumerate(records[1:], start=2):
+        try:
+            if set(record) != _ENTRY_KEYS or record["record"] != "release":
+                raise ValueError("not a release record")
+            n_labels, description, group = (
+                record["n_labels"], record["description"], record["group"]
+            )
+            if isinstance(n_labels, bool) or not isinstance(n_labels, int) or n_labels < 0:
+                raise ValueError("bad n_labels")
+            if not isinstance(description, str) or not (group is None or isinstance(group, str)):
+                raise ValueError("bad description or group")
+            entries.append(
+                LedgerEntry(
+                    description,
+                    n_labels,
+                    _decode_number(record["epsilon"]),
+                    _decode_number(record["delta"]),
+                    group,
+                )
+            )
+        except ValueError:
+            raise bad(f"line {number} is not a valid release record") from None
+    return {"ledger_id": ledger_id, "epsilon": budget[0], "delta": budget[1]}, entries
+
+
+def _create_ledger_file(path, header):
+    """Create ``path`` holding ``header``, atomically; False if it already exists.
+
+    The header is written and synced to a private temporary file in the same
+    directory, which is then hard-linked to ``path``: no process can ever see
+    the ledger without its header, and of two processes creating the same
+    ledger exactly one wins while the other opens the winner's file.
+    """
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix=".skdp_label_ledger_", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:  # mkstemp creates the file with mode 0600
+            f.write(header)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        _fsync_directory(directory)
+        return True
+    finally:
+        os.remove(tmp)
+
+
+def _fsync_directory(directory):
+    """Make a new directory entry durable (best effort: not every OS allows it)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _remove_journal(path, owner_pid):
+    # Forked children inherit the finalizer; only the creating process removes.
+    if os.getpid() == owner_pid:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+
+
 class BudgetAccountant:
     """Ledger of the privacy budget spent on a set of labels.
 
@@ -84,25 +271,63 @@ class BudgetAccountant:
         Total epsilon budget.
     delta : float, default=0
         Total delta budget.
+    ledger : str or path-like, optional
+        Path of a persistent ledger file (JSON lines). If the file does not
+        exist it is created with mode 0600 and a header holding this budget
+        and a new ledger id. If it exists, this accountant continues it: it
+        sees every earlier spend, by any process or session, and the budget
+        given here must equal the one in the header (otherwise a
+        ``ValueError`` is raised, so that a ledger is never reopened under a
+        different budget by mistake). By default the ledger is a private
+        temporary journal that lives as long as this accountant.
 
     Attributes
     ----------
+    epsilon, delta : float
+        The budget (read-only: it is recorded in the ledger file).
     spent_epsilon : float
         Epsilon spent so far (sequential composition across releases,
         maximum within a disjoint group).
     spent_delta : float
         Delta spent so far, composed the same way.
-    remaining_epsilon : float
-        ``epsilon - spent_epsilon``.
+    remaining_epsilon, remaining_delta : float
+        What is left of the budget.
     ledger : list of LedgerEntry
         Every release, in order.
+    ledger_id : str
+        Random id (uuid4 hex) of the ledger: the same for every copy and
+        pickle of this accountant and for every accountant opened on the same
+        persistent ledger file.
+
+    Raises
+    ------
+    ValueError
+        If the budget is invalid, or ``ledger`` names an existing ledger with
+        a different budget, or a path that cannot hold a ledger.
+    LedgerUnavailableError
+        If ``ledger`` names a malformed or truncated file.
 
     Notes
     -----
     ``copy.copy``, ``copy.deepcopy`` and :func:`sklearn.base.clone` return the
-    accountant itself, and a pickled copy writes to the same journal file, so
+    accountant itself, and a pickled copy writes to the same ledger file, so
     that model selection with cloned estimators, in this process or in joblib
-    workers on this machine, is charged to this ledger.
+    workers, is charged to one ledger. Pickles carry the path and ledger id,
+    never a copy of the entries.
+
+    Every spend holds an exclusive ``flock`` on the ledger file while it
+    reads the ledger, checks the budget and appends (flushed and, for a
+    persistent ledger, fsynced), so concurrent processes cannot both spend
+    the last of a budget. Keep persistent ledgers on a local file system:
+    ``flock`` is not reliable on every network file system.
+
+    The accountant fails closed. A temporary journal is removed when the
+    accountant that created it is garbage collected or its process exits;
+    copies unpickled after that (or in another machine) cannot see the
+    ledger, and every spend, check and total then raises
+    :class:`LedgerUnavailableError`. So does any accountant whose ledger file
+    was deleted, replaced by another ledger, or is malformed. Use a
+    persistent ``ledger`` to spend from later sessions.
 
     Examples
     --------
@@ -115,21 +340,101 @@ class BudgetAccountant:
     Traceback (most recent call last):
     ...
     skdp_label._accountant.BudgetExceededError: ...
+
+    A persistent ledger outlives the process; a later session reopens it with
+    the same budget and sees what was spent:
+
+    >>> import os, tempfile
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(tmp.name, "budget.jsonl")
+    >>> BudgetAccountant(epsilon=2.0, ledger=path).spend(
+    ...     1.5, n_labels=100, description="Laplace")
+    >>> later = BudgetAccountant(epsilon=2.0, ledger=path)
+    >>> later.spent_epsilon, later.remaining_epsilon
+    (1.5, 0.5)
+    >>> tmp.cleanup()
     """
 
-    def __init__(self, epsilon=math.inf, delta=0.0):
-        if not isinstance(epsilon, Real) or math.isnan(epsilon) or epsilon <= 0:
+    def __init__(self, epsilon=math.inf, delta=0.0, *, ledger=None):
+        if (
+            not isinstance(epsilon, Real)
+            or isinstance(epsilon, bool)
+            or math.isnan(epsilon)
+            or epsilon <= 0
+        ):
             raise ValueError(f"epsilon must be a positive number, got {epsilon!r}.")
-        if not isinstance(delta, Real) or math.isnan(delta) or not 0 <= delta < 1:
+        if (
+            not isinstance(delta, Real)
+            or isinstance(delta, bool)
+            or math.isnan(delta)
+            or not 0 <= delta < 1
+        ):
             raise ValueError(f"delta must be in [0, 1), got {delta!r}.")
-        self.epsilon = float(epsilon)
-        self.delta = float(delta)
-        self._lock = threading.Lock()
-        fd, self._path = tempfile.mkstemp(prefix="skdp_label_ledger_", suffix=".jsonl")
-        os.close(fd)
-        self._owner_pid = os.getpid()
-        self._finalizer = weakref.finalize(self, _remove_journal, self._path, self._owner_pid)
-        self._group_counter = 0
+        self._epsilon = float(epsilon)
+        self._delta = float(delta)
+        self._owner_pid = None
+        self._finalizer = None
+        if ledger is None:
+            self._persistent = False
+            self._ledger_id = uuid.uuid4().hex
+            fd, self._path = tempfile.mkstemp(prefix="skdp_label_ledger_", suffix=".jsonl")
+            try:
+                with os.fdopen(fd, "wb") as f:  # mode 0600
+                    f.write(_header_line(self._ledger_id, self._epsilon, self._delta))
+            except BaseException:
+                os.remove(self._path)
+                raise
+            self._owner_pid = os.getpid()
+            self._finalizer = weakref.finalize(self, _remove_journal, self._path, self._owner_pid)
+        else:
+            self._persistent = True
+            self._open_persistent(ledger)
+
+    def _open_persistent(self, ledger):
+        if not isinstance(ledger, (str, os.PathLike)):
+            raise ValueError(f"ledger must be a file path or None, got {type(ledger).__name__}.")
+        path = os.fsdecode(ledger)
+        if not path:
+            raise ValueError("ledger must be a file path or None, got an empty string.")
+        # Absolute, so that a pickled copy in a worker with another cwd finds it.
+        self._path = os.path.abspath(path)
+        try:
+            if not os.path.exists(self._path):
+                new_id = uuid.uuid4().hex
+                header = _header_line(new_id, self._epsilon, self._delta)
+                _create_ledger_file(self._path, header)
+            with open(self._path, "rb") as f:
+                fcntl.flock(f, fcntl.LOCK_SH)
+                header, _ = _parse_ledger(f.read(), self._path)
+        except LedgerUnavailableError:
+            raise
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.EISDIR, errno.ENOTDIR, errno.EACCES, errno.EPERM):
+                raise ValueError(
+                    f"Cannot use {self._path} as a privacy ledger: {exc.strerror}."
+                ) from None
+            raise
+        if (header["epsilon"], header["delta"]) != (self._epsilon, self._delta):
+            raise ValueError(
+                f"The privacy ledger {self._path} was created with the budget "
+                f"epsilon={header['epsilon']:g}, delta={header['delta']:g}, but this accountant "
+                f"was given epsilon={self._epsilon:g}, delta={self._delta:g}. A ledger's budget "
+                "cannot change: pass the recorded budget, or use a new ledger path."
+            )
+        self._ledger_id = header["ledger_id"]
+
+    # -- read-only identity -------------------------------------------------
+    @property
+    def epsilon(self):
+        return self._epsilon
+
+    @property
+    def delta(self):
+        return self._delta
+
+    @property
+    def ledger_id(self):
+        return self._ledger_id
 
     # -- copies share the ledger ------------------------------------------
     def __copy__(self):
@@ -139,49 +444,80 @@ class BudgetAccountant:
         return self
 
     def __getstate__(self):
+        # Where the ledger is and which ledger it must be; never a snapshot of
+        # the entries, which a loader could otherwise spend against afresh.
         return {
-            "epsilon": self.epsilon,
-            "delta": self.delta,
+            "epsilon": self._epsilon,
+            "delta": self._delta,
             "path": self._path,
-            "entries": [e.__dict__ for e in self.ledger],
+            "ledger_id": self._ledger_id,
+            "persistent": self._persistent,
         }
 
     def __setstate__(self, state):
-        self.epsilon = state["epsilon"]
-        self.delta = state["delta"]
-        self._lock = threading.Lock()
-        self._group_counter = 0
+        self._epsilon = state["epsilon"]
+        self._delta = state["delta"]
         self._path = state["path"]
+        # Pickles of older versions carry no ledger id: such a copy cannot
+        # prove which ledger it belongs to, so it fails closed.
+        self._ledger_id = state.get("ledger_id")
+        self._persistent = state.get("persistent", False)
+        # Only the creating accountant removes a temporary journal.
         self._owner_pid = None
         self._finalizer = None
-        if not os.path.exists(self._path):
-            # The process that created the journal is gone (e.g. the
-            # accountant was saved and loaded later): start a journal of our
-            # own that carries the entries over, so nothing is forgotten.
-            fd, self._path = tempfile.mkstemp(prefix="skdp_label_ledger_", suffix=".jsonl")
-            with os.fdopen(fd, "w") as f:
-                for entry in state["entries"]:
-                    f.write(json.dumps(entry) + "\n")
-            self._owner_pid = os.getpid()
-            self._finalizer = weakref.finalize(
-                self, _remove_journal, self._path, self._owner_pid
-            )
 
-    # -- reading ----------------------------------------------------------
-    def _read_entries(self, f):
-        f.seek(0)
-        return [LedgerEntry(**json.loads(line)) for line in f if line.strip()]
+    # -- the ledger file --------------------------------------------------
+    def _unavailable(self, why):
+        kind = "privacy ledger" if self._persistent else "temporary privacy journal"
+        hint = (
+            ""
+            if self._persistent
+            else " A temporary journal lives only as long as the accountant that created it; "
+            "pass ledger=<path> to BudgetAccountant to keep a ledger across processes and sessions."
+        )
+        return LedgerUnavailableError(
+            f"The {kind} {self._path} {why}: this accountant refuses to spend or report "
+            f"totals rather than start over and forget earlier spends.{hint}"
+        )
 
-    def _locked(self, mode):
-        """Open the journal with an exclusive lock (released on close)."""
-        f = open(self._path, mode)
-        fcntl.flock(f, fcntl.LOCK_EX)
-        return f
+    @contextmanager
+    def _open_ledger(self, *, exclusive):
+        """Yield (file, entries) with the ledger file locked, after checking its identity."""
+        if self._ledger_id is None:
+            raise self._unavailable("was pickled by an older version without a ledger id")
+        try:
+            f = open(self._path, "r+b" if exclusive else "rb")
+        except FileNotFoundError:
+            raise self._unavailable("no longer exists") from None
+        except OSError as exc:
+            raise self._unavailable(f"cannot be opened ({exc.strerror})") from None
+        with f:
+            fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            # The file may have been removed or replaced while we waited for
+            # the lock: appending to an unlinked file would record nothing.
+            opened = os.fstat(f.fileno())
+            try:
+                current = os.stat(self._path)
+            except OSError:
+                current = None
+            if (
+                opened.st_nlink == 0
+                or current is None
+                or (current.st_dev, current.st_ino) != (opened.st_dev, opened.st_ino)
+            ):
+                raise self._unavailable("no longer exists")
+            header, entries = _parse_ledger(f.read(), self._path)
+            if header["ledger_id"] != self._ledger_id or (header["epsilon"], header["delta"]) != (
+                self._epsilon,
+                self._delta,
+            ):
+                raise self._unavailable("now holds a different ledger")
+            yield f, entries
 
     @property
     def ledger(self):
-        with self._lock, self._locked("r") as f:
-            return self._read_entries(f)
+        with self._open_ledger(exclusive=False) as (_, entries):
+            return entries
 
     @staticmethod
     def _totals(entries):
@@ -209,15 +545,15 @@ class BudgetAccountant:
 
     @property
     def remaining_epsilon(self):
-        return max(self.epsilon - self.spent_epsilon, 0.0)
+        return max(self._epsilon - self.spent_epsilon, 0.0)
 
     @property
     def remaining_delta(self):
-        return max(self.delta - self.spent_delta, 0.0)
+        return max(self._delta - self.spent_delta, 0.0)
 
     # -- charging ---------------------------------------------------------
     def _exceeds(self, eps, delta):
-        return eps > self.epsilon * (1 + _BUDGET_RTOL) or delta > self.delta * (
+        return eps > self._epsilon * (1 + _BUDGET_RTOL) or delta > self._delta * (
             1 + _BUDGET_RTOL
         )
 
@@ -225,6 +561,13 @@ class BudgetAccountant:
         """Raise :class:`BudgetExceededError` if a spend would not fit.
 
         Nothing is recorded.
+
+        Raises
+        ------
+        BudgetExceededError
+            If the spend would exceed the budget.
+        LedgerUnavailableError
+            If the ledger cannot be read (see the class notes).
         """
         epsilon = _check_cost(epsilon, "epsilon")
         delta = _check_cost(delta, "delta")
@@ -233,11 +576,14 @@ class BudgetAccountant:
             raise BudgetExceededError(
                 f"Privacy budget exceeded: spending epsilon={epsilon:g}, delta={delta:g} "
                 f"on top of epsilon={spent_eps:g}, delta={spent_delta:g} already spent "
-                f"exceeds the budget epsilon={self.epsilon:g}, delta={self.delta:g}."
+                f"exceeds the budget epsilon={self._epsilon:g}, delta={self._delta:g}."
             )
 
     def spend(self, epsilon, delta=0.0, *, n_labels, description, group=None):
         """Record a release, or raise if it would exceed the budget.
+
+        Reading the ledger, checking the budget and appending the entry are
+        one step under an exclusive file lock.
 
         Parameters
         ----------
@@ -255,23 +601,43 @@ class BudgetAccountant:
         ------
         BudgetExceededError
             If the spend would exceed the budget; nothing is recorded then.
+        LedgerUnavailableError
+            If the ledger cannot be read or written (see the class notes);
+            nothing is recorded then.
         """
         epsilon = _check_cost(epsilon, "epsilon")
         delta = _check_cost(delta, "delta")
+        if not isinstance(n_labels, Integral) or isinstance(n_labels, bool) or n_labels < 0:
+            raise ValueError(f"n_labels must be a non-negative integer, got {n_labels!r}.")
+        if group is not None and not isinstance(group, str):
+            raise ValueError(f"group must be a token from disjoint_group or None, got {group!r}.")
         entry = LedgerEntry(str(description), int(n_labels), epsilon, delta, group)
-        with self._lock, self._locked("r+") as f:
-            entries = self._read_entries(f)
+        line = _entry_line(entry)
+        with self._open_ledger(exclusive=True) as (f, entries):
             spent_eps, spent_delta = self._totals(entries)
             new_eps, new_delta = self._totals(entries + [entry])
             if self._exceeds(new_eps, new_delta):
                 raise BudgetExceededError(
                     f"Privacy budget exceeded: {description} needs epsilon={epsilon:g}, "
                     f"delta={delta:g}, but epsilon={spent_eps:g}, delta={spent_delta:g} "
-                    f"of the budget epsilon={self.epsilon:g}, delta={self.delta:g} are "
+                    f"of the budget epsilon={self._epsilon:g}, delta={self._delta:g} are "
                     "already spent. No label was randomized."
                 )
-            f.seek(0, os.SEEK_END)
-            f.write(json.dumps(entry.__dict__) + "\n")
+            end = f.seek(0, os.SEEK_END)
+            try:
+                f.write(line)
+                f.flush()
+                if self._persistent:
+                    os.fsync(f.fileno())
+            except OSError as exc:
+                # A half-written record would make the ledger unreadable:
+                # take it back, and report that nothing was spent.
+                try:
+                    f.truncate(end)
+                    f.flush()
+                except OSError:
+                    pass
+                raise self._unavailable(f"could not be written ({exc.strerror})") from None
 
     def disjoint_group(self, description):
         """Open a group of releases over disjoint rows (parallel composition).
@@ -282,38 +648,32 @@ class BudgetAccountant:
         Returns
         -------
         group : str
-            Token to pass as ``group`` to :meth:`spend`.
+            Token to pass as ``group`` to :meth:`spend`. It ends with a random
+            uuid4, so tokens never collide, whichever process or copy of the
+            accountant makes them.
         """
-        with self._lock:
-            self._group_counter += 1
-            return f"{description}#{os.getpid()}-{id(self)}-{self._group_counter}"
+        return f"{description}#{uuid.uuid4().hex}"
 
     # -- display ----------------------------------------------------------
     def __repr__(self):
-        return (
-            f"BudgetAccountant(epsilon={self.epsilon:g}, delta={self.delta:g}; "
-            f"spent epsilon={self.spent_epsilon:g}, delta={self.spent_delta:g})"
-        )
+        where = f", ledger={self._path!r}" if self._persistent else ""
+        try:
+            spent_eps, spent_delta = self._totals(self.ledger)
+            state = f"spent epsilon={spent_eps:g}, delta={spent_delta:g}"
+        except Exception:  # repr must work even on an accountant that refuses to spend
+            state = "ledger unavailable"
+        return f"BudgetAccountant(epsilon={self._epsilon:g}, delta={self._delta:g}{where}; {state})"
 
     def summary(self):
         """The ledger as a readable table."""
+        entries = self.ledger
+        spent_eps, spent_delta = self._totals(entries)
         lines = [f"{'release':<48} {'labels':>9} {'epsilon':>9} {'delta':>9}  group"]
-        for e in self.ledger:
+        for e in entries:
             lines.append(
                 f"{e.description[:48]:<48} {e.n_labels:>9d} {e.epsilon:>9.4g} "
                 f"{e.delta:>9.3g}  {e.group or '-'}"
             )
-        lines.append(
-            f"{'total (composed)':<48} {'':>9} {self.spent_epsilon:>9.4g} "
-            f"{self.spent_delta:>9.3g}"
-        )
-        lines.append(f"{'budget':<48} {'':>9} {self.epsilon:>9.4g} {self.delta:>9.3g}")
+        lines.append(f"{'total (composed)':<48} {'':>9} {spent_eps:>9.4g} {spent_delta:>9.3g}")
+        lines.append(f"{'budget':<48} {'':>9} {self._epsilon:>9.4g} {self._delta:>9.3g}")
         return "\n".join(lines)
-
-
-def _remove_journal(path, owner_pid):
-    if os.getpid() == owner_pid:
-        try:
-            os.remove(path)
-        except OSError:
-            pass
