@@ -48,7 +48,7 @@ def _canonical(value):
     if isinstance(value, Real):
         return float(value)
     if isinstance(value, BudgetAccountant):
-        return ("accountant", getattr(value, "ledger_id", None) or id(value))
+        return ("accountant", value.ledger_id)
     if isinstance(value, (list, tuple)) and len(value) <= 64:
         return (type(value).__name__,) + tuple(_canonical(v) for v in value)
     if isinstance(value, (list, tuple, np.ndarray)):

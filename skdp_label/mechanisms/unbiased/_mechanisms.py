@@ -199,6 +199,20 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
             return super()._domain()
         return self._grid(), None
 
+    def _debiased_rr_fallback(self, values, epsilon, exc):
+        """Last resort, exact by construction: debiased randomized response.
+
+        A private prior has been charged by now, so the fit must not fail:
+        this mechanism is unbiased and epsilon-DP for any prior (only its
+        variance is worse than the optimum).
+        """
+        warnings.warn(
+            f"the grid LP failed too ({exc}); using debiased randomized response, which is "
+            "exactly unbiased and epsilon-DP but has a larger variance.",
+            RuntimeWarning, stacklevel=4,
+        )
+        return debiased_rr_outputs(values, epsilon), randomized_response_matrix(values.size, epsilon)
+
     def _build_mechanism(self, values, probs, epsilon):
         # Small dense problems: BLAS threads only add overhead.
         with threadpool_limits(limits=1, user_api="blas"):
@@ -215,11 +229,19 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
                         f"continuous solver failed ({exc}); using 001's LP on a "
                         f"{n_grid}-point grid instead.", RuntimeWarning, stacklevel=3,
                     )
-                    grid = feasible_output_set(values, epsilon, n_grid)
-                    outputs, matrix = optimal_unbiased_grid(values, probs, epsilon, grid)
+                    try:
+                        grid = feasible_output_set(values, epsilon, n_grid)
+                        outputs, matrix = optimal_unbiased_grid(values, probs, epsilon, grid)
+                        check_exact_mechanism(values, outputs, matrix, epsilon)
+                    except RuntimeError as grid_exc:
+                        outputs, matrix = self._debiased_rr_fallback(values, epsilon, grid_exc)
             else:
                 grid = feasible_output_set(values, epsilon, self.outputs)
-                outputs, matrix = optimal_unbiased_grid(values, probs, epsilon, grid)
+                try:
+                    outputs, matrix = optimal_unbiased_grid(values, probs, epsilon, grid)
+                    check_exact_mechanism(values, outputs, matrix, epsilon)
+                except RuntimeError as exc:
+                    outputs, matrix = self._debiased_rr_fallback(values, epsilon, exc)
         check_exact_mechanism(values, outputs, matrix, epsilon)
         self.output_values_ = outputs
         self.transition_matrix_ = matrix
