@@ -4,8 +4,11 @@ Part 1 -- re-privatize in every fit. ``GridSearchCV`` over ``epsilon``, the
 mechanism and a base-estimator parameter; every fold and the final refit
 randomize the labels again, and a shared ``BudgetAccountant`` (clones and
 joblib workers write to the same ledger) shows the true total: sequential
-composition over the overlapping rows. Note that scoring the folds with
-*true* labels is a further use of the labels that no accountant covers.
+composition over the overlapping rows. Scoring the folds with *true*
+labels (GridSearchCV's default scoring) is a further use of the labels that
+no accountant covers: skdp_label warns about it (``PrivacyLeakWarning``),
+and Part 2 shows the safe pattern. Every fit draws fresh OS entropy
+(``random_state=None``), so no two folds share noise.
 
 Part 2 -- privatize once, tune on the noisy labels. Every later step only
 post-processes the noisy labels, so the whole search costs the epsilon of
@@ -21,13 +24,15 @@ installed)::
     python examples/grid_search_epsilon.py
 """
 
+import warnings
+
 import numpy as np
 from sklearn.base import clone
 from sklearn.datasets import load_digits
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.model_selection import GridSearchCV, KFold
 
-from skdp_label import BudgetAccountant, LabelDPRegressor
+from skdp_label import BudgetAccountant, LabelDPRegressor, PrivacyLeakWarning
 from skdp_label.estimators import (
     debiased_accuracy,
     debiased_accuracy_scorer,
@@ -43,11 +48,16 @@ y = np.clip(X @ [1.5, -1.0, 0.5, 0.0, 2.0] + 5.0 + rng.normal(size=5000), 0.0, 1
 # -- Part 1: every fit re-privatizes -----------------------------------------------------
 accountant = BudgetAccountant()
 search = GridSearchCV(
-    LabelDPRegressor(Ridge(), "laplace", bounds=(0.0, 10.0), accountant=accountant, random_state=0),
+    LabelDPRegressor(Ridge(), "laplace", bounds=(0.0, 10.0), accountant=accountant),
     {"epsilon": [0.5, 1.0, 2.0], "mechanism": ["laplace", "staircase"],
      "base_estimator__alpha": [0.1, 100.0]},
     cv=3, n_jobs=2,
-).fit(X, y)
+)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always", PrivacyLeakWarning)
+    search.fit(X, y)  # default scoring: R^2 on the *true* labels of each fold
+if any(issubclass(w.category, PrivacyLeakWarning) for w in caught):
+    print("(PrivacyLeakWarning: the folds were scored on true labels -- see Part 2)")
 print("Part 1: GridSearchCV with LabelDPRegressor (3 epsilons x 2 mechanisms x 2 alphas, 3 folds)")
 print(f"  best parameters: {search.best_params_}")
 print(f"  releases of the labels: {len(accountant.ledger)} (36 fold fits + 1 refit)")
@@ -57,7 +67,7 @@ print(f"  total epsilon spent:    {accountant.spent_epsilon:g}  "
 # -- Part 2: privatize once, tune for free ---------------------------------------------------
 print("\nPart 2: privatize once (Laplace, epsilon=4, unbiased: clip=False), tune on noisy labels")
 accountant = BudgetAccountant(epsilon=4.0)
-mech = Laplace(4.0, bounds=(0.0, 10.0), clip=False, accountant=accountant, random_state=1)
+mech = Laplace(4.0, bounds=(0.0, 10.0), clip=False, accountant=accountant)  # OS entropy
 y_noisy = mech.fit_transform(y)
 folds = list(KFold(4, shuffle=True, random_state=0).split(X))
 print(f"  {'alpha':>8} {'noisy MSE':>10} {'unbiased est.':>14} {'true MSE':>9}")
@@ -77,7 +87,7 @@ print(f"  GridSearchCV(scoring=unbiased_mse_scorer) picks alpha={search.best_par
 print("\nClassification: digits, randomized response at epsilon=2, tune C on noisy labels")
 Xd, yd = load_digits(return_X_y=True)
 Xd = Xd / 16.0
-rr = RandomizedResponse(2.0, classes=np.arange(10), random_state=0)
+rr = RandomizedResponse(2.0, classes=np.arange(10))
 yd_noisy = rr.fit_transform(yd)
 cv = KFold(3, shuffle=True, random_state=0)
 print(f"  {'C':>8} {'noisy acc.':>10} {'debiased est.':>14} {'true acc.':>9}")

@@ -6,14 +6,18 @@ platform) holds the features and trains the models. The label holder:
 
 1. randomizes the label column once with a mechanism over *public* bounds,
    charging the budget to its accountant;
-2. hands over only the noisy column and the fitted mechanism (which holds
-   no labels -- only public parameters such as epsilon, bounds and the
-   noise scale), e.g. as files.
+2. hands over only the noisy column and the mechanism's *public
+   parameters* (name, epsilon, bounds, ...) as JSON -- not a pickle of the
+   fitted mechanism: a pickle is an object graph the receiver has to trust,
+   and it is the wrong contract even though skdp_label's fitted objects hold
+   no labels and no random state (docs/randomness.md).
 
-The platform then trains and tunes anything it likes on the noisy labels:
-every step is post-processing, free of further privacy cost. It tunes with
-``unbiased_mse_scorer``, which needs the mechanism's noise variance, not
-the true labels.
+The platform rebuilds the mechanism from those public parameters (fitting
+it on a placeholder label costs nothing: its noise scale depends only on
+public inputs), then trains and tunes anything it likes on the noisy
+labels: every step is post-processing, free of further privacy cost. It
+tunes with ``unbiased_mse_scorer``, which needs the mechanism's noise
+variance, not the true labels.
 
 Run from the repository root (``PYTHONPATH=.`` if the package is not
 installed)::
@@ -21,7 +25,7 @@ installed)::
     python examples/labels_party.py
 """
 
-import pickle
+import json
 import tempfile
 from pathlib import Path
 
@@ -31,7 +35,7 @@ from sklearn.model_selection import GridSearchCV
 
 from skdp_label import BudgetAccountant
 from skdp_label.estimators import unbiased_mse_scorer
-from skdp_label.mechanisms import Laplace
+from skdp_label.mechanisms import Laplace, make_mechanism
 
 workdir = Path(tempfile.mkdtemp(prefix="labels_party_"))
 rng = np.random.default_rng(0)
@@ -47,17 +51,17 @@ mechanism = Laplace(epsilon=4.0, bounds=(0.0, 50.0), clip=False, accountant=acco
 noisy = mechanism.fit_transform(purchase)
 np.savetxt(workdir / "noisy_labels.csv", np.column_stack([user_id, noisy]),
            delimiter=",", header="user_id,noisy_purchase", comments="")
-mechanism.set_params(accountant=None)  # the ledger stays with the labels party
-with open(workdir / "mechanism.pkl", "wb") as f:
-    pickle.dump(mechanism, f)
+# The ledger and the random source stay with the labels party: only public parameters leave.
+public = {k: v for k, v in mechanism.get_params().items() if k not in ("accountant", "random_state")}
+(workdir / "mechanism.json").write_text(json.dumps({"mechanism": "laplace", "params": public}))
 print("labels party: released one noisy column;")
 print(accountant.summary())
 
 # -- The platform ---------------------------------------------------------------------------------
 table = np.loadtxt(workdir / "noisy_labels.csv", delimiter=",", skiprows=1)
 y_noisy = table[np.argsort(table[:, 0]), 1]  # align with the platform's user ids
-with open(workdir / "mechanism.pkl", "rb") as f:
-    mech = pickle.load(f)
+spec = json.loads((workdir / "mechanism.json").read_text())
+mech = make_mechanism(spec["mechanism"], task="regression", **spec["params"]).fit([0.0])  # public only
 search = GridSearchCV(
     HistGradientBoostingRegressor(),
     {"max_depth": [2, 4, None], "learning_rate": [0.03, 0.1], "max_iter": [100]},
