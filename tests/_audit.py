@@ -523,33 +523,53 @@ def audit_sampler(mechanism, labels=None, n_per_label=20_000, alpha=1e-7):
     return pvalues
 
 
+def _same_label_triples(y):
+    """Rows grouped in threes (i, j, l) sharing a label; leftovers dropped."""
+    _, inverse = np.unique(y, return_inverse=True)
+    triples = []
+    for code in np.unique(inverse):
+        rows = np.flatnonzero(inverse == code)
+        usable = rows[: rows.shape[0] // 3 * 3]
+        triples.append(usable.reshape(-1, 3))
+    return np.concatenate(triples) if triples else np.empty((0, 3), dtype=np.int64)
+
+
 def audit_copies_independent(mechanism, y, alpha=1e-7):
     """Check that copies and repeated releases of a fitted mechanism draw independent noise.
 
     A deepcopy and a pickle round-trip copy are made first; then the
-    original randomizes ``y`` twice and each copy once. For every pair of
-    these four releases, the number of rows where both outputs agree must
-    match independent draws from ``transition_matrix_``: row ``i`` agrees
-    with probability ``q_i = sum_j P[y_i, j]**2``, and Bernstein's inequality
-    bounds the deviation of the count from ``sum q_i`` (two-sided, at level
-    ``alpha / 4`` per pair). A copy replaying a stored generator or seed
+    original randomizes ``y`` twice and each copy once. For every pair
+    ``(a, b)`` of these four releases, the number of rows where ``a`` and
+    ``b`` agree must match independent draws (two-sided, at level
+    ``alpha / 6`` per pair). A copy replaying a stored generator or seed
     agrees on every row; antithetic or otherwise coupled noise agrees too
     rarely.
 
+    * With a ``transition_matrix_``, row ``i`` agrees with probability
+      ``q_i = sum_j P[y_i, j]**2`` and Bernstein's inequality bounds the
+      deviation of the count from ``sum q_i``.
+    * Without one (continuous mechanisms), rows sharing a label are taken in
+      threes ``(i, j, l)``: ``a_i == b_i`` is compared with the reference
+      ``a_j == b_l``, which has the same distribution when releases are
+      independent and rows with one label are exchangeable; Hoeffding's
+      inequality bounds the difference of the two counts.
+
     Parameters
     ----------
-    mechanism : fitted discrete mechanism
+    mechanism : fitted mechanism
         Fitted with ``random_state=None`` (an int seed is *meant* to
         reproduce). Its accountant, if any, is charged for four releases.
     y : array-like of shape (n_samples,)
-        Labels among ``input_values_``.
+        Labels: among ``input_values_`` for a discrete mechanism; for the
+        others, few distinct values repeated many times (every value's
+        count beyond a multiple of 3 is unused).
     alpha : float
         Probability that independent releases are flagged.
 
     Returns
     -------
     agreement : dict
-        Observed agreement rate per pair, and ``'expected'``.
+        Observed agreement rate per pair, and the ``'expected'`` rate.
 
     Raises
     ------
@@ -557,10 +577,19 @@ def audit_copies_independent(mechanism, y, alpha=1e-7):
         Listing every pair whose agreement is out of bounds.
     """
     y = np.asarray(y)
-    matrix = np.asarray(mechanism.transition_matrix_, dtype=np.float64)
-    rows = _row_index(mechanism, y)
-    q = np.sum(matrix[rows] ** 2, axis=1)
-    mean, variance = q.sum(), np.sum(q * (1 - q))
+    n_pairs = 6
+    log_term = math.log(2 * n_pairs / alpha)
+    matrix = getattr(mechanism, "transition_matrix_", None)
+    if matrix is not None:
+        q = np.sum(np.asarray(matrix, dtype=np.float64)[_row_index(mechanism, y)] ** 2, axis=1)
+        tested = np.arange(y.shape[0])
+        halfwidth = _bernstein_halfwidth(np.sum(q * (1 - q)), log_term)
+    else:
+        triples = _same_label_triples(y)
+        tested = triples[:, 0]
+        # Each triple adds an independent difference in [-1, 1] of mean 0.
+        halfwidth = math.sqrt(2.0 * triples.shape[0] * log_term)
+    n = tested.shape[0]
     # Copies first, so that they hold whatever state the original starts from.
     deep = copy.deepcopy(mechanism)
     unpickled = pickle.loads(pickle.dumps(mechanism))
@@ -570,19 +599,23 @@ def audit_copies_independent(mechanism, y, alpha=1e-7):
         "deepcopy": deep.transform(y),
         "pickled copy": unpickled.transform(y),
     }
+    releases = {name: np.asarray(out) for name, out in releases.items()}
     names = list(releases)
-    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
-    halfwidth = _bernstein_halfwidth(variance, math.log(2 * len(pairs) / alpha))
-    n = y.shape[0]
-    agreement, findings = {"expected": mean / n}, []
-    for a, b in pairs:
-        agree = int(np.sum(np.asarray(releases[a]) == np.asarray(releases[b])))
-        agreement[f"{a} vs {b}"] = agree / n
-        if abs(agree - mean) > halfwidth:
-            findings.append(
-                f"{a} vs {b}: outputs agree on {agree}/{n} rows ({agree / n:.3f}); independent "
-                f"draws agree on {mean / n:.3f} +- {halfwidth / n:.3f}"
-            )
+    agreement, findings = {}, []
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            agree = int(np.sum(releases[a][tested] == releases[b][tested]))
+            if matrix is not None:
+                expected = float(q.sum())
+            else:
+                expected = float(np.sum(releases[a][triples[:, 1]] == releases[b][triples[:, 2]]))
+            agreement[f"{a} vs {b}"] = agree / n
+            agreement.setdefault("expected", expected / n)
+            if abs(agree - expected) > halfwidth:
+                findings.append(
+                    f"{a} vs {b}: outputs agree on {agree}/{n} rows ({agree / n:.3f}); "
+                    f"independent draws agree on {expected / n:.3f} +- {halfwidth / n:.3f}"
+                )
     _fail_if(findings, f"releases of {type(mechanism).__name__} share noise")
     return agreement
 
@@ -668,6 +701,10 @@ def _label_forms(value):
     return sorted(form for form in forms if form)
 
 
+def _distinct(values):
+    return list(dict.fromkeys(np.asarray(list(values), dtype=object).ravel().tolist()))
+
+
 def _label_pattern(form):
     # A whole token: 3.7 must not match inside 13.75, nor 'cat' inside 'category';
     # a sentence's full stop after the value still counts.
@@ -683,7 +720,7 @@ class _LogCapture(logging.Handler):
         self.records.append(record)
 
 
-def audit_messages_have_no_labels(call, labels):
+def audit_messages_have_no_labels(call, labels, public=()):
     """Run a call that must fail; flag any private label its messages quote.
 
     Searches the exception's message and arguments, its notes, every chained
@@ -699,6 +736,10 @@ def audit_messages_have_no_labels(call, labels):
         Called with no arguments; must raise.
     labels : iterable
         The private label values the call received.
+    public : iterable, optional
+        Public values a message may name (declared classes, bounds): a label
+        spelled like one of them is not searched for, since a message naming
+        the declared classes cannot be told from one quoting that label.
 
     Returns
     -------
@@ -738,18 +779,26 @@ def audit_messages_have_no_labels(call, labels):
             continue
         seen.add(id(exc))
         where = "error" if exc is error else f"chained {type(exc).__name__}"
-        texts.append((where, f"{type(exc).__name__}: {exc}"))
-        texts += [(f"{where} argument", repr(arg)) for arg in exc.args]
+        message = f"{type(exc).__name__}: {exc}"
+        texts.append((where, message))
+        # Arguments a custom __str__ leaves out of the message.
+        texts += [
+            (f"{where} argument", repr(arg))
+            for arg in exc.args
+            if str(arg) not in message and repr(arg) not in message
+        ]
         texts += [(f"{where} note", str(note)) for note in getattr(exc, "__notes__", ())]
         chain += [exc.__cause__, exc.__context__]
     texts += [(f"warning {w.category.__name__}", str(w.message)) for w in caught]
     texts += [(f"log record {r.name}", r.getMessage()) for r in handler.records]
+    public_forms = {form for value in _distinct(public) for form in _label_forms(value)}
     findings = []
-    for value in dict.fromkeys(np.asarray(list(labels), dtype=object).ravel().tolist()):
-        for form in _label_forms(value):
-            pattern = _label_pattern(form)
-            for where, text in texts:
-                if pattern.search(text):
-                    findings.append(f"{where} quotes a private label as {form!r}: {text!r}")
-    _fail_if(list(dict.fromkeys(findings)), "messages quote private labels")
+    for value in _distinct(labels):
+        forms = [form for form in _label_forms(value) if form not in public_forms]
+        for where, text in texts:
+            # One finding per label and text: its first spelling found.
+            form = next((f for f in forms if _label_pattern(f).search(text)), None)
+            if form is not None:
+                findings.append(f"{where} quotes a private label as {form!r}: {text!r}")
+    _fail_if(findings, "messages quote private labels")
     return error

@@ -38,6 +38,7 @@ from _audit import (
 )
 from skdp_label.mechanisms import (
     ExponentialMechanism,
+    Laplace,
     RandomizedResponse,
     RROnBins,
 )
@@ -67,12 +68,20 @@ class _FreshNoise:
     def _rng(self, value):
         pass  # the generator the base class tries to keep is dropped
 
+    def _release_source(self):
+        """Generator of one release (mutants override this)."""
+        return np.random.default_rng()
+
     def _randomize_column(self, y, rng):
         # Fresh entropy per release, whatever generator the caller kept.
-        return super()._randomize_column(y, np.random.default_rng())
+        return super()._randomize_column(y, self._release_source())
 
 
 class FreshRR(_FreshNoise, RandomizedResponse):
+    pass
+
+
+class FreshLaplace(_FreshNoise, Laplace):
     pass
 
 
@@ -244,17 +253,41 @@ class _Slotted:
         self.source = source
 
 
-class StoredGeneratorRR(FreshRR):
-    """Mutant: keeps one generator from fit and draws every release from it
-    (the library's behaviour before issue 8)."""
+class _StoredGenerator:
+    """Mutant mixin: keeps one generator from fit and draws every release from
+    it (the library's behaviour before issue 8)."""
 
     def fit(self, y, X=None):
         super().fit(y, X)
         self.source_ = np.random.default_rng()
         return self
 
-    def _randomize_column(self, y, rng):
-        return RandomizedResponse._randomize_column(self, y, self.source_)
+    def _release_source(self):
+        return self.source_
+
+
+class _HiddenSeed:
+    """Mutant mixin: draws an int from OS entropy at fit and seeds every release with it."""
+
+    def fit(self, y, X=None):
+        super().fit(y, X)
+        self.seed_ = secrets.randbits(63)
+        return self
+
+    def _release_source(self):
+        return np.random.default_rng(self.seed_)
+
+
+class StoredGeneratorRR(_StoredGenerator, FreshRR):
+    pass
+
+
+class HiddenSeedRR(_HiddenSeed, FreshRR):
+    pass
+
+
+class HiddenSeedLaplace(_HiddenSeed, FreshLaplace):
+    pass
 
 
 class StoredSeedSequenceRR(FreshRR):
@@ -428,18 +461,6 @@ def test_random_state_audit_fails_on_an_object_it_cannot_pickle():
 
 
 # -- audit_copies_independent ------------------------------------------------------
-class HiddenSeedRR(FreshRR):
-    """Mutant: draws an int from OS entropy at fit and seeds every release with it."""
-
-    def fit(self, y, X=None):
-        super().fit(y, X)
-        self.seed_ = secrets.randbits(63)
-        return self
-
-    def _randomize_column(self, y, rng):
-        return RandomizedResponse._randomize_column(self, y, np.random.default_rng(self.seed_))
-
-
 def _copies_labels():
     return DATA_RNG.choice(np.asarray(CLASSES), size=2_000)
 
@@ -459,6 +480,25 @@ def test_copies_audit_flags_copies_replaying_a_stored_generator():
     assert "first release vs deepcopy: outputs agree on 2000/2000" in message
     assert "first release vs pickled copy: outputs agree on 2000/2000" in message
     assert "first release vs second release" not in message  # the stream does advance
+
+
+def _laplace_labels():
+    return np.repeat([1.0, 4.5, 8.0], 1_002)  # 334 triples per label
+
+
+def test_copies_audit_without_a_matrix_passes_fresh_noise():
+    # Unclipped Laplace on a fine grid: independent outputs almost never agree.
+    mech = FreshLaplace(1.0, bounds=(0.0, 10.0), clip=False).fit([0.0])
+    agreement = audit_copies_independent(mech, _laplace_labels(), alpha=ALPHA)
+    assert agreement["expected"] < 0.01
+
+
+def test_copies_audit_without_a_matrix_flags_a_hidden_seed():
+    # 1002 triples: Hoeffding allows a difference of 0.19 in agreement rate; a replay shows 1.
+    mech = HiddenSeedLaplace(1.0, bounds=(0.0, 10.0), clip=False).fit([0.0])
+    with pytest.raises(AssertionError) as info:
+        audit_copies_independent(mech, _laplace_labels(), alpha=ALPHA)
+    assert "deepcopy vs pickled copy: outputs agree on 1002/1002" in str(info.value)
 
 
 def test_copies_audit_flags_a_hidden_seed_the_walker_cannot_see():
@@ -608,6 +648,18 @@ def test_message_audit_matches_whole_values_only():
     audit_messages_have_no_labels(fail, [3.25, "ant"])
     with pytest.raises(AssertionError, match="as '3.25'"):
         audit_messages_have_no_labels(lambda: _raise("value 3.25."), [3.25])
+
+
+def test_message_audit_separates_public_classes_from_quoted_labels():
+    # Naming the declared classes is fine; quoting the offending label is not.
+    def fail():
+        raise ValueError(f"a label is not among the declared classes {CLASSES}")
+
+    audit_messages_have_no_labels(fail, ["ant", "yak"], public=CLASSES)
+    with pytest.raises(AssertionError, match="private label as .*yak"):
+        audit_messages_have_no_labels(
+            lambda: _raise("unknown label 'yak'"), ["ant", "yak"], public=CLASSES
+        )
 
 
 def test_message_audit_fails_when_nothing_fails():
