@@ -31,15 +31,18 @@ def check_bounds(bounds, name="bounds", *, integer=False, owner=""):
 
 
 def check_labels_in_bounds(y, bounds):
-    """Raise if a label lies outside the declared bounds (before any noise)."""
+    """Raise if a label lies outside the declared bounds (before any noise).
+
+    The message gives the count and the first position, never a value: the
+    labels are private.
+    """
     lo, hi = bounds
     bad = (y < lo) | (y > hi)
     if np.any(bad):
-        first = y[bad].ravel()[0]
         raise ValueError(
-            f"{int(bad.sum())} label(s) lie outside the declared bounds ({lo:g}, {hi:g}), "
-            f"e.g. {first!r}. Clip them to the public bounds before randomizing, or declare "
-            "wider bounds."
+            f"{int(bad.sum())} label(s) lie outside the declared bounds ({lo:g}, {hi:g}) "
+            f"(first at position {int(np.flatnonzero(bad.ravel())[0])}). Clip them to the "
+            "public bounds before randomizing, or declare wider bounds."
         )
 
 
@@ -87,9 +90,9 @@ def encode_classes(y, classes):
     codes = np.clip(codes, 0, classes.shape[0] - 1)
     unknown = classes[codes] != y
     if np.any(unknown):
+        # Count and position only: the offending value is a private label.
         raise ValueError(
-            f"{int(unknown.sum())} label(s) are not among the declared classes, e.g. "
-            f"{y[unknown].ravel()[0]!r}; declared: {classes.tolist()[:10]}"
-            f"{' ...' if classes.shape[0] > 10 else ''}."
+            f"{int(unknown.sum())} label(s) are not among the {classes.shape[0]} declared "
+            f"classes (first at position {int(np.flatnonzero(unknown.ravel())[0])})."
         )
     return codes.astype(np.int64)
