@@ -8,7 +8,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 from threadpoolctl import threadpool_limits
 
-from ..._kernels._sampling import randomized_response_indices
+from ..._kernels._sampling import randomized_response_indices, rr_constants, rr_flip_probability
 from .._base import BaseDiscreteMechanism
 from .._prior import BasePriorMechanism, resolve_domain
 from .._registry import register_mechanism
@@ -289,5 +289,6 @@ class DebiasedRR(_UnbiasedRoundingMixin, BaseDiscreteMechanism):
     def _randomize_column(self, y, rng):
         codes = self._encode_labels(y)
         k = self.input_values_.shape[0]
-        out = randomized_response_indices(codes, rng.random(codes.shape[0]), k, self.transition_matrix_[0, 0])
+        c = rr_constants(k, rr_flip_probability(k, float(self.epsilon)))
+        out = randomized_response_indices(codes, rng, k, c)
         return self.output_values_[out]
