@@ -37,7 +37,9 @@ _LAM_MIN = 2.0**-10
 # fine_uniform stops once its value is >= 2**44 of its last digit's unit:
 # a relative resolution of 2**-44 (and 1.002 digits on average).
 _FINE_BITS = 2.0**44
-# Largest -log(fine_uniform()): its smallest value is 2**-1074.
+# Smallest value of fine_uniform() (after 20 zero digits, probability
+# 2**-1060), and so the largest -log of it.
+_SMALLEST_UNIFORM = math.ldexp(1.0, -1074)
 MAX_EXPONENTIAL = 1074 * math.log(2.0)
 
 
@@ -111,12 +113,12 @@ def fine_uniform(rng):
     """
     x = 0.0
     scale = 1.0
-    for _ in range(21):  # 21 digits reach below 2**-1074
+    for _ in range(20):  # 20 digits reach 2**-1060 (a 21st unit would underflow)
         scale *= 1.0 / _DIGIT
         x += _digit(rng) * scale
         if x >= _FINE_BITS * scale:
             return x
-    return x if x > 0.0 else 5e-324
+    return x if x > 0.0 else _SMALLEST_UNIFORM
 
 
 @numba.njit(cache=True, nogil=True)
@@ -244,8 +246,8 @@ def staircase_noise(rng, lam, width=1, r=1, size=None):
     -------
     z : ndarray of float64 holding integers
     """
-    if not isinstance(rng, np.random.Generator):
-        rng, size = _generator_from_uniforms(rng), np.shape(rng)[0]
+    if isinstance(rng, np.ndarray):
+        rng, size = _generator_from_uniforms(rng), rng.shape[0]
     return _staircase_samples(rng, int(size), staircase_constants(lam, width, r))
 
 

@@ -62,7 +62,7 @@ def rr_top_k_indices(codes, order, ks, rng, exp_neg_epsilon):
     -------
     out : ndarray of int64, shape (n,)
     """
-    if not isinstance(rng, np.random.Generator):
+    if isinstance(rng, np.ndarray):
         rng = _generator_from_uniforms(rng)
     codes = np.ascontiguousarray(codes, dtype=np.int64)
     order = np.ascontiguousarray(order, dtype=np.int64)
