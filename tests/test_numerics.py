@@ -5,8 +5,8 @@
   before anything is spent, and the message quotes no label.
 * Epsilon caps: 30 for discrete mechanisms, 20 for continuous noise.
 * Up to the caps every output of positive probability is reachable. The
-  primitives are tested on chosen digits (a scripted digit source stands in
-  for the Generator: kernels only call its ``random()``), and the tail and
+  primitives are tested on chosen digits (a Generator whose next digits are
+  set, see ``scripted``), and the tail and
   bulk stages are chi-squared against their exact distributions.
 """
 
@@ -16,8 +16,6 @@ from fractions import Fraction
 import numpy as np
 import numba
 import pytest
-from numba import float64, int64
-from numba.experimental import jitclass
 from scipy import stats
 
 from _audit import chi_square_pvalue
@@ -42,24 +40,49 @@ from skdp_label.utils._random import power_of_two_grid
 DIGIT = 2**53
 
 
-@jitclass([("values", float64[:]), ("pos", int64)])
-class Scripted:
-    """A digit source replaying chosen digits (as ``random()`` = d / 2**53)."""
+_M32 = 0xFFFFFFFF
 
-    def __init__(self, values):
-        self.values = values
-        self.pos = 0
 
-    def random(self):
-        if self.pos >= self.values.shape[0]:
-            raise IndexError("the script ran out of digits")
-        v = self.values[self.pos]
-        self.pos += 1
-        return v
+def _untemper(y):
+    """Inverse of MT19937's output tempering."""
+    y ^= y >> 18
+    y ^= (y << 15) & 0xEFC60000
+    r = y
+    for _ in range(5):
+        r = y ^ ((r << 7) & 0x9D2C5680)
+    y = r & _M32
+    r = y
+    for _ in range(3):
+        r = y ^ (r >> 11)
+    return r & _M32
 
 
 def scripted(digits):
-    return Scripted(np.array([d / DIGIT for d in digits], dtype=np.float64))
+    """A numpy Generator whose next ``random()`` calls return d / 2**53 for the
+    chosen digits d (at most 312 of them).
+
+    MT19937 outputs its state words (tempered) one by one until it has used
+    all 624, and a double is (a >> 5) 2**26 + (b >> 6) of two outputs: set
+    the words to the untempered digit halves. The kernels run unchanged (a
+    real Generator), so this checks the compiled code that releases use.
+    """
+    words = []
+    for d in digits:
+        d = int(d)
+        words += [(d >> 26) << 5, (d & (2**26 - 1)) << 6]
+    assert len(words) <= 624
+    bit_generator = np.random.MT19937(0)
+    state = bit_generator.state
+    key = np.array(state["state"]["key"], dtype=np.uint32)
+    key[: len(words)] = [_untemper(w) for w in words]
+    state["state"]["key"], state["state"]["pos"] = key, 0
+    bit_generator.state = state
+    return np.random.Generator(bit_generator)
+
+
+def digits_used(rng):
+    """Digits a scripted Generator has given out."""
+    return rng.bit_generator.state["state"]["pos"] // 2
 
 
 # Loops in numba: calling a kernel from Python costs microseconds a draw.
@@ -203,13 +226,13 @@ def test_exact_bernoulli_against_rational_reference(q):
         src = scripted(digits)
         got = S.bernoulli_exact(q, src)
         if q >= 1.0:
-            assert got and src.pos == 0
+            assert got and digits_used(src) == 0
             continue
         if q == 0.0:
-            assert not got and src.pos == 0
+            assert not got and digits_used(src) == 0
             continue
         want, used = _reference_bernoulli(q, digits)
-        assert got == want and src.pos == used, (q, t, choice)
+        assert got == want and digits_used(src) == used, (q, t, choice)
 
 
 @pytest.mark.parametrize("q", [0.3, 0.01, 1.0 / 3.0])
@@ -224,7 +247,7 @@ def test_uniform_index_is_uniform_and_rejects_the_top():
     m = 3.0
     # 2**53 mod 3 = 2: the top two digits are rejected, the next is used.
     src = scripted([DIGIT - 1, DIGIT - 2, 7])
-    assert S.uniform_index(m, src) == 7 % 3 and src.pos == 3
+    assert S.uniform_index(m, src) == 7 % 3 and digits_used(src) == 3
     rng = np.random.default_rng(2)
     draws = np.array([S.uniform_index(7.0, rng) for _ in range(7_000)])
     assert chi_square_pvalue(draws, np.arange(7.0), np.full(7, 1 / 7)) > 1e-4
@@ -234,7 +257,7 @@ def test_fine_uniform_keeps_relative_precision():
     # A first digit below 2**44 reads a second one: the value keeps ~53 bits.
     src = scripted([5, 2**52 + 3])
     x = S.fine_uniform(src)
-    assert src.pos == 2
+    assert digits_used(src) == 2
     assert x == pytest.approx((5 + (2**52 + 3) / DIGIT) / DIGIT, rel=2**-52)
     src = scripted([0] * 20)
     assert S.fine_uniform(src) == 5e-324  # the all-zero script ends at the smallest float
