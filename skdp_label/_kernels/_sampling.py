@@ -17,7 +17,7 @@ its tails (see docs/sampling.md for the error analysis):
 * :func:`geometric`: P(G = g) = (1 - e^-lam) e^(-lam g) by inversion of a
   uniform with a full floating exponent (:func:`fine_uniform`), through
   super-blocks of about 2**10 values when ``lam`` is tiny; each value's
-  probability is right to ~5e-10 relative, up to the largest value whose
+  probability is right to 1e-9 relative, up to the largest value whose
   probability is a normal float.
 """
 

@@ -96,7 +96,7 @@ _CONTINUOUS_NOTES_DOC = """
     all but released. Bounds whose span, grid step (or its inverse) or
     noise range is not a normal finite float are refused before anything is
     spent. Up to the cap every grid point is reachable and each one's
-    probability is right to ~5e-10 relative (docs/sampling.md).
+    probability is right to 1e-9 relative (docs/sampling.md).
 """
 
 _DISCRETE_NOTES_DOC = """
@@ -105,7 +105,7 @@ _DISCRETE_NOTES_DOC = """
     ``epsilon`` is capped at 30 (``fit`` refuses more): a label is then
     released unchanged with probability 1 - 2e-13 anyway. Up to the cap the
     sampler reaches every output of positive probability, each right to
-    ~5e-10 relative (docs/sampling.md). Bounds must be integers of magnitude
+    1e-9 relative (docs/sampling.md). Bounds must be integers of magnitude
     at most 2**52.
 """
 
