@@ -484,3 +484,22 @@ def test_discrete_gaussian_far_tail_is_accepted_exactly():
     digits = [0, *_fine_digits(x), *expansion[:1], max(expansion[1] - 1, 0)]
     out = S.discrete_gaussian(scripted(digits), 1, sigma, c)
     assert out[0] == 31.0
+
+
+def test_long_super_blocks_use_the_exact_rejection_offset():
+    lam = 2.0**-30  # L = 2**20 offsets: beyond one digit's inversion
+    const = S.geometric_constants(lam)
+    assert const[1] > S._MAX_INVERTED_OFFSETS
+    draws = _geometrics(np.array(const), np.random.default_rng(12), 50_000)
+    offsets = np.mod(draws, const[1]) / const[1]  # ~uniform, tilted by e^-(lam L u)
+    tilt = const[2]
+    cdf = lambda u: -np.expm1(-tilt * np.clip(u, 0, 1)) / -math.expm1(-tilt)  # noqa: E731
+    assert stats.kstest(offsets, cdf).pvalue > 1e-4
+
+
+def test_integer_span_beyond_the_exact_grid_is_refused():
+    accountant = BudgetAccountant(epsilon=10.0)
+    with pytest.raises(ValueError, match="noise range"):
+        DiscreteLaplace(1.0, bounds=(0, 2**50), accountant=accountant).fit_transform(np.array([3.0]))
+    assert accountant.spent_epsilon == 0.0
+    DiscreteLaplace(1.0, bounds=(0, 2**30), random_state=0).fit_transform(np.array([3.0]))  # fine

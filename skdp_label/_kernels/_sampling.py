@@ -34,6 +34,8 @@ _HALF_DIGIT = 2.0**52
 # split into super-blocks of rate >= _LAM_MIN (coarse, by inversion) and an
 # offset inside the super-block (fine, by a fresh uniform).
 _LAM_MIN = 2.0**-10
+# Largest super-block whose offset is drawn by inversion of one digit.
+_MAX_INVERTED_OFFSETS = 4096.0
 # fine_uniform stops once its value is >= 2**44 of its last digit's unit:
 # a relative resolution of 2**-44 (and 1.002 digits on average).
 _FINE_BITS = 2.0**44
@@ -136,16 +138,24 @@ def geometric(lam, big_l, lam_l, one_minus_b_l, rng):
 
     When ``big_l > 1`` (``lam < _LAM_MIN``): G = L S + i with the super-block
     S geometric of rate ``lam_l = L lam`` and the offset i in [0, L) a
-    truncated geometric drawn by inversion of a fresh uniform
-    (``one_minus_b_l = 1 - e^-lam_l``). The constants come from
-    :func:`geometric_constants`.
+    truncated geometric (``one_minus_b_l = 1 - e^-lam_l``), drawn by
+    inversion of a fresh digit while L <= _MAX_INVERTED_OFFSETS (each
+    offset then owns >= 2**40 digit values) and otherwise by a uniform
+    offset accepted with an exact Bernoulli(e^(-lam i)) (probability
+    >= e^-lam_l > 0.998). The constants come from :func:`geometric_constants`.
     """
     if big_l <= 1.0:
         return np.floor(-np.log(fine_uniform(rng)) / lam)
     s = np.floor(-np.log(fine_uniform(rng)) / lam_l)
-    i = np.floor(_minus_log1p_minus(_digit(rng) / _DIGIT * one_minus_b_l) / lam)
-    if i > big_l - 1.0:
-        i = big_l - 1.0
+    if big_l <= _MAX_INVERTED_OFFSETS:
+        i = np.floor(_minus_log1p_minus(_digit(rng) / _DIGIT * one_minus_b_l) / lam)
+        if i > big_l - 1.0:
+            i = big_l - 1.0
+    else:
+        while True:
+            i = uniform_index(big_l, rng)
+            if bernoulli_exact(np.exp(-lam * i), rng):
+                break
     return s * big_l + i
 
 

@@ -159,20 +159,22 @@ class BaseAdditiveMechanism(BaseLabelMechanism):
         self._check_noise_range()
 
     def _check_noise_range(self):
-        """Refuse a configuration whose outputs could overflow float64.
+        """Refuse a configuration whose outputs could overflow or lose exactness.
 
         Outputs are (label units + Z) * g with |Z| at most what the sampler
-        can draw; past float64's range they would become inf (or, for
-        clipped outputs, a bound) whatever the label: refuse instead.
+        can draw. Past 2**53 units the sum is no longer an exact integer, and
+        past float64's range it becomes inf (or, clipped, a bound) whatever
+        the label: refuse instead.
         """
         lo, hi = self._bounds()
         g = self.granularity_
         lam, width = self._noise_decay(self.sensitivity_units_)
-        reach = (max(abs(lo), abs(hi)) / g + 1.0 + max_staircase_magnitude(lam, width)) * g
-        if not math.isfinite(reach) or reach > np.finfo(float).max / 2:
+        units = max(abs(lo), abs(hi)) / g + 1.0 + max_staircase_magnitude(lam, width)
+        if not (units <= 2.0**53 and math.isfinite(units * g) and units * g <= np.finfo(float).max / 2):
             raise ValueError(
                 f"{type(self).__name__}: with bounds={self.bounds!r} and epsilon={self.epsilon!r} "
-                "the noise range overflows float64; rescale the labels to a smaller range."
+                "the noise range overflows float64 (or its integer grid); rescale the labels to a "
+                "smaller range or raise epsilon."
             )
 
     def _randomize_column(self, y, rng):
