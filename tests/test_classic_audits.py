@@ -182,35 +182,36 @@ def test_clipping_keeps_outputs_in_bounds():
 )
 def test_alias_table_is_the_staircase_bulk(lam, width, r):
     """The alias table samples exactly the staircase pmf on its bulk, and the
-    closed-form tails start right where the bulk ends."""
+    tail probability is the mass beyond it."""
     from skdp_label.mechanisms.classic._noise import (
         alias_table_probabilities,
         staircase_alias_table,
         staircase_tail,
     )
 
-    z_first, below, above, prob, alias = staircase_alias_table(lam, width, r)
-    z = z_first + np.arange(prob.shape[0])
+    m0, tail, prob, alias = staircase_alias_table(lam, width, r)
+    z = np.arange(1 - m0, m0)
+    assert prob.shape[0] == z.shape[0]
     bulk = staircase_pmf(z, lam, width, r)
-    np.testing.assert_allclose(below, staircase_tail(np.array([1 - z_first]), lam, width, r)[0], rtol=1e-12)
-    np.testing.assert_allclose(above - below, bulk.sum(), rtol=1e-12)
-    implied = alias_table_probabilities(prob, alias) * (above - below)
-    np.testing.assert_allclose(implied, bulk, rtol=1e-8)
+    np.testing.assert_allclose(tail, 2 * staircase_tail(np.array([m0]), lam, width, r)[0], rtol=1e-12)
+    np.testing.assert_allclose(1.0 - tail, bulk.sum(), rtol=1e-12)
+    implied = alias_table_probabilities(prob, alias) * (1.0 - tail)
+    np.testing.assert_allclose(implied, bulk, rtol=1e-9)
 
 
 @pytest.mark.parametrize("lam,width,r", [(0.5, 1, 1), (1.0, 4, 2)])
 def test_alias_sampler_matches_pmf_including_tails(lam, width, r):
-    from skdp_label._kernels._sampling import _staircase_constants, staircase_additive_alias
+    from skdp_label._kernels._sampling import bulk_constants, staircase_additive_bulk, staircase_constants
     from skdp_label.mechanisms.classic._noise import staircase_alias_table
 
     # A coarse bulk (min_probability 1e-3) so that a fair share of draws hits the tails.
-    table = staircase_alias_table(lam, width, r, min_probability=1e-3)
-    u = np.random.default_rng(1).random(400_000)
-    noise = staircase_additive_alias(
-        np.zeros_like(u), u, 1.0, *table, _staircase_constants(lam, float(width), float(r)), False, 0.0, 0.0
+    m0, tail, prob, alias = staircase_alias_table(lam, width, r, min_probability=1e-3, rtol=1e-6)
+    n = 400_000
+    noise = staircase_additive_bulk(
+        np.zeros(n), np.random.default_rng(1), 1.0, staircase_constants(lam, width, r),
+        bulk_constants(m0, tail, prob.shape[0]), prob, alias, False, 0.0, 0.0,
     ).astype(np.int64)
-    outside = (noise < table[0]) | (noise >= table[0] + table[3].shape[0])
-    assert outside.mean() > 0.001  # the tails were exercised
+    assert (np.abs(noise) >= m0).mean() > 0.001  # the tails were exercised
     values = np.arange(noise.min(), noise.max() + 1)
     pmf = staircase_pmf(values, lam, width, r)
     assert chi_square_pvalue(noise, values, pmf / pmf.sum()) > 1e-4

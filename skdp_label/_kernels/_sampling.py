@@ -1,107 +1,279 @@
-"""Sampling kernels. Each turns pre-drawn uniforms into mechanism outputs.
+"""Sampling kernels: exact in the tails, fast in the bulk.
 
-The uniforms come from a numpy ``Generator`` (seeded or OS entropy), so the
-kernels hold no random state of their own; every kernel uses one uniform per
-label and runs in a single pass.
+Every kernel draws its randomness from a numpy ``Generator`` passed in (a
+fresh one per release) and holds no random state of its own. Randomness is
+consumed as 53-bit *digits* (``rng.random() * 2**53``, an exact integer):
+the digits d1, d2, ... are the base-2**53 expansion of an infinite-precision
+uniform U = 0.d1 d2 ... in [0, 1), and kernels read only as many digits as a
+decision needs. Three primitives make every sampler exact or nearly so in
+its tails (see docs/sampling.md for the error analysis):
+
+* :func:`bernoulli_exact` / :func:`_bernoulli_first`: ``U < q`` for a float
+  ``q``, compared digit by digit with q's binary expansion. The probability
+  is exactly ``q`` (the float), however small; ties, of probability 2**-53
+  per digit, read further digits.
+* :func:`uniform_index`: a uniform integer in ``[0, m)`` by rejection on a
+  digit (exactly uniform).
+* :func:`geometric`: P(G = g) = (1 - e^-lam) e^(-lam g) by inversion of a
+  uniform with a full floating exponent (:func:`fine_uniform`), through
+  super-blocks of about 2**10 values when ``lam`` is tiny; each value's
+  probability is right to 1e-9 relative, up to the largest value whose
+  probability is a normal float.
 """
+
+import math
 
 import numba
 import numpy as np
 
+_DIGIT = 2.0**53  # one digit = the 53 random bits of rng.random()
+_DIGIT_INT = 2**53
+_HALF_DIGIT = 2.0**52
+# Smallest decay rate sampled by direct inversion; below it the geometric is
+# split into super-blocks of rate >= _LAM_MIN (coarse, by inversion) and an
+# offset inside the super-block (fine, by a fresh uniform).
+_LAM_MIN = 2.0**-10
+# Largest super-block whose offset is drawn by inversion of one digit.
+_MAX_INVERTED_OFFSETS = 4096.0
+# fine_uniform stops once its value is >= 2**44 of its last digit's unit:
+# a relative resolution of 2**-44 (and 1.002 digits on average).
+_FINE_BITS = 2.0**44
+# Smallest value of fine_uniform() (after 20 zero digits, probability
+# 2**-1060), and so the largest -log of it.
+_SMALLEST_UNIFORM = math.ldexp(1.0, -1074)
+MAX_EXPONENTIAL = 1074 * math.log(2.0)
+
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _staircase_magnitude(v, c):
-    """Largest m >= 1 with P(Z <= -m) > v for the staircase distribution.
+def _digit(rng):
+    """A uniform integer in [0, 2**53) (a float holding it exactly)."""
+    return rng.random() * _DIGIT
 
-    ``c`` holds the constants from :func:`_staircase_constants`. The
-    one-sided weight of i = k*width + j is exp(-lam k) for j < r and
-    exp(-lam (k+1)) otherwise.
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def bernoulli_exact(q, rng):
+    """True with probability exactly ``q`` (a float in [0, 1]).
+
+    Compares fresh digits with the base-2**53 expansion of ``q``; scaling by
+    2**53 and taking the integer part are exact in float64, and the
+    expansion of a float ends after at most 21 digits.
     """
-    lam, width, r, b, block_scale, p_zero, tail_offset = c[0], c[1], c[2], c[3], c[4], c[5], c[6]
-    if v < 2.0**-54:
-        v = 2.0**-54  # u = 0 has probability 2**-53: treat it as the smallest step
-    # Block: largest k whose tail from the block start, p0 e^(-lam k) M / (1 - b), exceeds v.
-    x = v * block_scale
-    k = 0.0 if x >= 1.0 else np.floor(-np.log(x) / lam)
-    if width == 1.0:
-        return k if k >= 1.0 else 1.0  # discrete Laplace: a block is one integer
-    # Within block k the remaining tail is piecewise linear in j.
-    rest = v * np.exp(lam * k) / p_zero - tail_offset
-    upper = b * (width - r)
-    if rest < upper:
-        j = np.ceil(width - rest / b) - 1.0
-    else:
-        j = np.ceil(r + upper - rest) - 1.0
-    if j < 0.0:
-        j = 0.0
-    if j > width - 1.0:
-        j = width - 1.0
-    m = k * width + j
-    return m if m >= 1.0 else 1.0
-
-
-@numba.njit(cache=True, nogil=True)
-def _staircase_constants(lam, width, r):
-    """(lam, width, r, b, (1-b)/(p0 M), p0, b M/(1-b), P(Z <= -1)) of the staircase."""
-    one_minus_b = -np.expm1(-lam)
-    b = np.exp(-lam)
-    block_mass = r + b * (width - r)
-    p_zero = one_minus_b / (2.0 * block_mass - one_minus_b)
-    c = np.empty(8)
-    c[0], c[1], c[2], c[3] = lam, width, r, b
-    c[4] = one_minus_b / (p_zero * block_mass)
-    c[5] = p_zero
-    c[6] = b * block_mass / one_minus_b
-    c[7] = (1.0 - p_zero) / 2.0
-    return c
+    if q >= 1.0:
+        return True
+    x = q
+    while x > 0.0:
+        x *= _DIGIT
+        qd = np.floor(x)
+        x -= qd
+        d = _digit(rng)
+        if d != qd:
+            return d < qd
+    return False  # U's expansion so far equals q's, which has ended: U >= q
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _staircase_draw(ui, c):
-    p_neg = c[7]
-    if ui < p_neg:
-        return -_staircase_magnitude(ui, c)
-    if ui >= 1.0 - p_neg:
-        return _staircase_magnitude(1.0 - ui, c)
-    return 0.0
+def _bernoulli_first(d, qd, frac, rng):
+    """``U < q`` given U's first digit ``d``, with ``qd + frac = q * 2**53``
+    (``qd`` integer): decided by ``d`` unless it ties with ``qd``."""
+    if d != qd:
+        return d < qd
+    return bernoulli_exact(frac, rng)
+
+
+def split_probability(q, unit=_DIGIT):
+    """(integer part, fraction) of ``q * unit``: the constants of
+    :func:`_bernoulli_first` (both exact)."""
+    t = float(q) * unit
+    qd = math.floor(t)
+    return float(qd), t - qd
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def uniform_index(m, rng):
+    """A uniform integer in [0, m) (``m`` a float integer, 1 <= m <= 2**53).
+
+    Rejection keeps it exactly uniform; a draw is rejected with probability
+    below m / 2**53.
+    """
+    if m <= 1.0:
+        return 0.0
+    mi = np.int64(m)
+    limit = _DIGIT_INT - _DIGIT_INT % mi  # integer arithmetic: fmod is slow
+    while True:
+        d = np.int64(_digit(rng))
+        if d < limit:
+            return float(d % mi)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def fine_uniform(rng):
+    """A uniform in (0, 1) with a floating exponent and relative resolution
+    2**-44: digits are read until the value is at least 2**44 units of the
+    last digit, so tiny values keep their relative precision (one digit with
+    probability 1 - 2**-9). The value is the lower end of its cell.
+    """
+    x = 0.0
+    scale = 1.0
+    for _ in range(20):  # 20 digits reach 2**-1060 (a 21st unit would underflow)
+        scale *= 1.0 / _DIGIT
+        x += _digit(rng) * scale
+        if x >= _FINE_BITS * scale:
+            return x
+    return x if x > 0.0 else _SMALLEST_UNIFORM
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _minus_log1p_minus(x):
+    """-log(1 - x) for 0 <= x <= 2**-9, by its series to x**8 / 8: the first
+    omitted term is below 2**-72 x, far under the rounding error (libm's
+    log1p costs several times more and this is the hot path of the fine
+    grids)."""
+    return x * (1.0 + x * (0.5 + x * (1.0 / 3.0 + x * (0.25 + x * (0.2 + x * (1.0 / 6.0 + x * (1.0 / 7.0 + x * 0.125)))))))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def geometric(lam, big_l, lam_l, one_minus_b_l, rng):
+    """G >= 0 with P(G = g) = (1 - e^-lam) e^(-lam g).
+
+    When ``big_l > 1`` (``lam < _LAM_MIN``): G = L S + i with the super-block
+    S geometric of rate ``lam_l = L lam`` and the offset i in [0, L) a
+    truncated geometric (``one_minus_b_l = 1 - e^-lam_l``), drawn by
+    inversion of a fresh digit while L <= _MAX_INVERTED_OFFSETS (each
+    offset then owns >= 2**40 digit values) and otherwise by a uniform
+    offset accepted with an exact Bernoulli(e^(-lam i)) (probability
+    >= e^-lam_l > 0.998). The constants come from :func:`geometric_constants`.
+    """
+    if big_l <= 1.0:
+        return np.floor(-np.log(fine_uniform(rng)) / lam)
+    s = np.floor(-np.log(fine_uniform(rng)) / lam_l)
+    if big_l <= _MAX_INVERTED_OFFSETS:
+        i = np.floor(_minus_log1p_minus(_digit(rng) / _DIGIT * one_minus_b_l) / lam)
+        if i > big_l - 1.0:
+            i = big_l - 1.0
+    else:
+        while True:
+            i = uniform_index(big_l, rng)
+            if bernoulli_exact(np.exp(-lam * i), rng):
+                break
+    return s * big_l + i
+
+
+def geometric_constants(lam):
+    """(lam, L, L lam, 1 - e^(-L lam)) for :func:`geometric`."""
+    lam = float(lam)
+    big_l = 1.0 if lam >= _LAM_MIN else float(math.ceil(_LAM_MIN / lam))
+    lam_l = lam * big_l
+    return lam, big_l, lam_l, -math.expm1(-lam_l)
+
+
+def max_geometric(lam):
+    """Largest value :func:`geometric` can return for rate ``lam``."""
+    lam, big_l, lam_l, _ = geometric_constants(lam)
+    return math.floor(MAX_EXPONENTIAL / lam_l) * big_l + big_l - 1
+
+
+# -- staircase / discrete Laplace ------------------------------------------
+
+
+def staircase_constants(lam, width, r):
+    """Constants of :func:`staircase_draw` for the symmetric staircase.
+
+    P(Z = z) = p0 w(|z|), w(k width + j) = b^k (j < r) or b^(k+1) (j >= r),
+    b = e^-lam. A nonzero |Z| lies in block 0 (j >= 1: weight
+    A0 = r - 1 + b (width - r)) or in a block k >= 1 (weight b M / (1 - b),
+    M = r + b (width - r)). Every probability is formed from sums of
+    positive terms (no cancellation), with 1 - b from expm1.
+    """
+    lam, width, r = float(lam), float(width), float(r)
+    b = math.exp(-lam)
+    one_minus_b = -math.expm1(-lam)
+    block_mass = r + b * (width - r)
+    block0 = (r - 1.0) + b * (width - r)
+    nonzero = 2.0 * (block0 + b) / (2.0 * block_mass - one_minus_b)
+    qd, frac = split_probability(nonzero, _HALF_DIGIT)  # compared with 52 bits (one bit is the sign)
+    in_block0 = block0 * one_minus_b / (block0 * one_minus_b + b * block_mass)
+    low0 = b * (width - r) / block0 if block0 > 0.0 else 0.0
+    low = b * (width - r) / block_mass
+    return np.array([*geometric_constants(lam), width, r, qd, frac, in_block0, low0, low])
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _staircase_block(c, rng, low_probability, first):
+    """Offset j in a block: the low step [r, width) with probability
+    ``low_probability``, else the high step [first, r)."""
+    width, r = c[4], c[5]
+    if bernoulli_exact(low_probability, rng):
+        return r + uniform_index(width - r, rng)
+    return first + uniform_index(r - first, rng)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def staircase_draw(c, rng):
+    """One symmetric staircase variate (constants from :func:`staircase_constants`).
+
+    The first digit's top bit is the sign and its other 52 bits start the
+    exact Bernoulli(P(Z != 0)); a nonzero magnitude picks block 0 or a
+    geometric block k >= 1 by exact Bernoulli draws, then its step and a
+    uniform offset inside it.
+    """
+    d = _digit(rng)
+    negative = d >= _HALF_DIGIT
+    if negative:
+        d -= _HALF_DIGIT
+    if not _bernoulli_first(d, c[6], c[7], rng):
+        return 0.0
+    width = c[4]
+    if bernoulli_exact(c[8], rng):
+        m = _staircase_block(c, rng, c[9], 1.0)
+    else:
+        m = width + staircase_one_sided(c, rng)
+    return -m if negative else m
 
 
 @numba.njit(cache=True, nogil=True)
-def staircase_noise(u, lam, width, r):
-    """Symmetric discrete staircase noise by inversion, one uniform each.
+def _staircase_samples(rng, n, c):
+    out = np.empty(n, dtype=np.float64)
+    for i in range(n):
+        out[i] = staircase_draw(c, rng)
+    return out
+
+
+def staircase_noise(rng, lam, width=1, r=1, size=None):
+    """``size`` draws of symmetric discrete staircase noise (integers as floats).
 
     P(Z = z) = p0 * w(|z|) with w(k*width + j) = exp(-lam k) (j < r) or
     exp(-lam (k+1)) (r <= j < width); ``width = r = 1`` gives the discrete
-    Laplace distribution P(Z = z) proportional to exp(-lam |z|).
-
-    The decay is passed as the rate ``lam``, not as b = exp(-lam): for the
-    fine grids of continuous mechanisms lam is tiny and b would lose most
-    of its precision (1 - b is computed with expm1).
+    Laplace distribution P(Z = z) proportional to exp(-lam |z|). The decay
+    is passed as the rate ``lam``: on fine grids lam is tiny and
+    b = exp(-lam) would lose most of its precision.
 
     Parameters
     ----------
-    u : ndarray of float64 in [0, 1)
+    rng : numpy.random.Generator
+        Source of the digits (fresh for each release).
     lam : float > 0
-        Privacy loss per block (epsilon per block).
-    width, r : float
-        Block width and length of the high step (integers stored as floats).
+        Privacy loss per block.
+    width, r : int
+        Block width and length of the high step.
+    size : int
 
     Returns
     -------
     z : ndarray of float64 holding integers
     """
-    c = _staircase_constants(lam, width, r)
-    out = np.empty(u.shape[0], dtype=np.float64)
-    for i in range(u.shape[0]):
-        out[i] = _staircase_draw(u[i], c)
-    return out
+    return _staircase_samples(rng, int(size), staircase_constants(lam, width, r))
+
+
+def max_staircase_magnitude(lam, width):
+    """Largest |Z| :func:`staircase_draw` can return (in units)."""
+    return (2 + max_geometric(lam)) * int(width)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _shift_on_grid(y, z, granularity, inv_granularity, clip, lo, hi):
     """(rint(y / g) + z) * g, clipped to [lo, hi] when ``clip``: an exact float.
 
-    ``inv_granularity`` is 1 / g, exact because g is a power of two.
+    ``inv_granularity`` is 1 / g, exact because g is a (normal) power of two.
     """
     v = (np.rint(y * inv_granularity) + z) * granularity
     if clip:
@@ -110,44 +282,82 @@ def _shift_on_grid(y, z, granularity, inv_granularity, clip, lo, hi):
 
 
 @numba.njit(cache=True, nogil=True)
-def staircase_additive(y, u, granularity, lam, width, r, clip, lo, hi):
+def staircase_additive(y, rng, granularity, c, clip, lo, hi):
     """Labels rounded to the grid plus staircase noise in grid units, clipped.
 
     Fused in one pass: ``(rint(y / g) + Z) * g``, then clipped to [lo, hi]
     when ``clip``. Every output is an exact multiple of ``g``.
     """
-    c = _staircase_constants(lam, width, r)
     inv_granularity = 1.0 / granularity
     out = np.empty(y.shape[0], dtype=np.float64)
     for i in range(y.shape[0]):
-        z = _staircase_draw(u[i], c)
+        out[i] = _shift_on_grid(y[i], staircase_draw(c, rng), granularity, inv_granularity, clip, lo, hi)
+    return out
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def staircase_one_sided(c, rng):
+    """T >= 0 with P(T = m) proportional to w(m): a geometric number of
+    blocks, then the step and an offset inside the block."""
+    k = geometric(c[0], c[1], c[2], c[3], rng)
+    return k * c[4] + _staircase_block(c, rng, c[10], 0.0)
+
+
+def bulk_constants(m0, tail_probability, n_entries):
+    """Constants of :func:`staircase_additive_bulk`."""
+    qd, frac = split_probability(tail_probability)
+    return np.array([qd, frac, n_entries / (_DIGIT - qd), float(m0)])
+
+
+@numba.njit(cache=True, nogil=True)
+def staircase_additive_bulk(y, rng, granularity, c, bulk, prob, alias, clip, lo, hi):
+    """:func:`staircase_additive` with the bulk from an alias table.
+
+    An exact Bernoulli on the first digit sends a label to the tail
+    |Z| >= m0 (the exact sampler: m0 plus a one-sided staircase, the block
+    structure being memoryless); otherwise the same digit, uniform on the
+    bulk's share of digits, is mapped through the alias table of
+    -(m0 - 1), ..., m0 - 1 (constants ``bulk`` from :func:`bulk_constants`,
+    table from ``staircase_alias_table``).
+    """
+    qd, frac, scale, m0 = bulk[0], bulk[1], bulk[2], bulk[3]
+    k = prob.shape[0]
+    inv_granularity = 1.0 / granularity
+    out = np.empty(y.shape[0], dtype=np.float64)
+    for i in range(y.shape[0]):
+        d = _digit(rng)
+        if _bernoulli_first(d, qd, frac, rng):
+            m = m0 + staircase_one_sided(c, rng)
+            z = -m if _digit(rng) >= _HALF_DIGIT else m
+        else:
+            v = (d - qd) * scale
+            j = min(np.int64(v), k - 1)
+            keep = np.int64(v - j < prob[j])  # branch-free select of j or alias[j]
+            z = 1.0 - m0 + alias[j] + keep * (j - alias[j])
         out[i] = _shift_on_grid(y[i], z, granularity, inv_granularity, clip, lo, hi)
     return out
 
 
 @numba.njit(cache=True, nogil=True)
-def staircase_additive_alias(y, u, granularity, z_first, below, above, prob, alias, c, clip, lo, hi):
-    """:func:`staircase_additive` with the bulk of the noise from an alias table.
+def discrete_gaussian(rng, n, sigma, c):
+    """Discrete Gaussian of scale ``sigma`` (Canonne, Kamath & Steinke 2020).
 
-    A uniform in [below, above) is rescaled to [0, 1) and drawn through the
-    alias table of the bulk (z_first, z_first + 1, ...): no loop, no
-    logarithm. Uniforms in the two tails use the closed-form inversion
-    (constants ``c``), which maps them to values outside the bulk.
+    Proposals are discrete Laplace of scale t = floor(sigma) + 1 (constants
+    ``c`` for lam = 1/t); a proposal Y is accepted with probability
+    exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2)) by an exact Bernoulli, so far
+    tails are accepted at their true (tiny) rate.
     """
-    k = prob.shape[0]
-    scale = k / (above - below)
-    inv_granularity = 1.0 / granularity
-    out = np.empty(y.shape[0], dtype=np.float64)
-    for i in range(y.shape[0]):
-        ui = u[i]
-        if ui < below or ui >= above:
-            z = _staircase_draw(ui, c)
-        else:
-            v = (ui - below) * scale
-            j = min(np.int64(v), k - 1)
-            keep = np.int64(v - j < prob[j])  # branch-free select of j or alias[j]
-            z = z_first + alias[j] + keep * (j - alias[j])
-        out[i] = _shift_on_grid(y[i], z, granularity, inv_granularity, clip, lo, hi)
+    t = np.floor(sigma) + 1.0
+    shift = sigma * sigma / t
+    two_var = 2.0 * sigma * sigma
+    out = np.empty(n, dtype=np.float64)
+    for i in range(n):
+        while True:
+            y = staircase_draw(c, rng)
+            gap = np.abs(y) - shift
+            if bernoulli_exact(np.exp(-(gap * gap) / two_var), rng):
+                out[i] = y
+                break
     return out
 
 
@@ -162,45 +372,51 @@ def count_outside(y, lo, hi, integer):
     return bad
 
 
-@numba.njit(cache=True, nogil=True)
-def randomized_response_contiguous(y, u, lo, n_classes, p_keep):
-    """k-ary RR on labels that are the integers lo, ..., lo + k - 1 (validated).
+# -- randomized response ------------------------------------------------------
 
-    Returns noisy labels (not codes) in the dtype of ``y``.
+
+def rr_flip_probability(n_classes, epsilon):
+    """P(output != input) of k-ary RR: (k - 1) e^-eps / (1 + (k - 1) e^-eps).
+
+    Computed directly, not as 1 - P(keep), which rounds to 0 at large eps.
     """
-    out = np.empty_like(y)
-    # p_keep rounds to 1 at very large epsilon: no uniform then falls past it.
-    scale = (n_classes - 1) / (1.0 - p_keep) if p_keep < 1.0 else 0.0
-    for i in range(y.shape[0]):
-        ui = u[i]
-        if ui < p_keep:
-            out[i] = y[i]
-        else:
-            j = np.int64((ui - p_keep) * scale)
-            if j > n_classes - 2:
-                j = n_classes - 2
-            code = np.int64(y[i] - lo) + 1 + j  # < 2k: a subtraction, not a modulo
-            if code >= n_classes:
-                code -= n_classes
-            out[i] = lo + code
-    return out
+    e = (n_classes - 1) * math.exp(-float(epsilon))
+    return e / (1.0 + e)
+
+
+def rr_constants(n_classes, flip_probability):
+    """Constants of :func:`rr_code` for k-ary RR with the given flip probability."""
+    qd, frac = split_probability(flip_probability)
+    m = float(n_classes - 1)
+    limit = qd - math.fmod(qd, m) if m >= 1.0 else 0.0
+    return np.array([qd, frac, limit, m])
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def rr_scale(n_classes, p_keep):
-    """Factor turning a uniform in [p_keep, 1) into one of the other classes."""
-    # p_keep rounds to 1 at very large epsilon: no uniform then falls past it.
-    return (n_classes - 1) / (1.0 - p_keep) if n_classes > 1 and p_keep < 1.0 else 0.0
+def _rr_offset(qd, frac, limit, m, rng):
+    """-1 (keep) or the index in [0, m) of the replacing class among the m others.
+
+    Flip is an exact Bernoulli. A flip decided by the first digit d < qd
+    reuses d (uniform on [0, qd)) for the index when d < limit, a multiple
+    of m; otherwise the index comes from fresh digits. Either way it is
+    exactly uniform.
+    """
+    d = _digit(rng)
+    if d < qd:
+        if d < limit:
+            return np.int64(d) % np.int64(m)
+        return np.int64(uniform_index(m, rng))
+    if d > qd or not bernoulli_exact(frac, rng):
+        return np.int64(-1)
+    return np.int64(uniform_index(m, rng))
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def rr_code(code, ui, n_classes, p_keep, scale):
-    """k-ary RR of one class code with one uniform (``scale = rr_scale(...)``)."""
-    if ui < p_keep or n_classes == 1:
+def rr_code(code, n_classes, c, rng):
+    """k-ary RR of one class code (constants ``c`` from :func:`rr_constants`)."""
+    j = _rr_offset(c[0], c[1], c[2], c[3], rng)
+    if j < 0:
         return code
-    j = np.int64((ui - p_keep) * scale)
-    if j > n_classes - 2:
-        j = n_classes - 2
     out = code + 1 + j  # < 2k: a subtraction, not a modulo
     if out >= n_classes:
         out -= n_classes
@@ -208,33 +424,113 @@ def rr_code(code, ui, n_classes, p_keep, scale):
 
 
 @numba.njit(cache=True, nogil=True)
-def randomized_response_indices(codes, u, n_classes, p_keep):
-    """k-ary randomized response on class codes, one uniform each."""
-    out = np.empty(codes.shape[0], dtype=np.int64)
-    scale = rr_scale(n_classes, p_keep)
-    for i in range(codes.shape[0]):
-        out[i] = rr_code(codes[i], u[i], n_classes, p_keep, scale)
+def randomized_response_contiguous(y, rng, lo, n_classes, c):
+    """k-ary RR on labels that are the integers lo, ..., lo + k - 1 (validated).
+
+    Returns noisy labels (not codes) in the dtype of ``y``.
+    """
+    out = np.empty_like(y)
+    for i in range(y.shape[0]):
+        out[i] = lo + rr_code(np.int64(y[i] - lo), n_classes, c, rng)
     return out
 
 
 @numba.njit(cache=True, nogil=True)
-def categorical_rows(codes, u, cdf):
-    """Draw column j of row ``codes[i]`` by inverting the row's CDF.
-
-    ``cdf`` is the row-wise cumulative transition matrix with the last column
-    set to exactly 1.
-    """
-    n_out = cdf.shape[1]
+def randomized_response_indices(codes, rng, n_classes, c):
+    """k-ary randomized response on class codes."""
     out = np.empty(codes.shape[0], dtype=np.int64)
     for i in range(codes.shape[0]):
-        row = cdf[codes[i]]
-        ui = u[i]
-        lo, hi = 0, n_out - 1
+        out[i] = rr_code(codes[i], n_classes, c, rng)
+    return out
+
+
+# -- any finite transition matrix ---------------------------------------------
+
+
+def exponent_groups(matrix):
+    """Tables of :func:`categorical_rows`: each row's outputs grouped by the
+    binary exponent of their probability.
+
+    In a group all probabilities lie in [2^e, 2^(e+1)). Groups are visited
+    from the largest exponent down; at each, an exact Bernoulli decides
+    between stopping (probability P_g / R_g) and moving on (R_(g+1) / R_g),
+    R_g being the mass of groups g, g+1, ... summed from the smallest up.
+    The smaller of the two is stored (negative: "move on"), so no
+    probability is formed as 1 - (something close to 1). Zero entries are
+    in no group and are never sampled.
+
+    Returns
+    -------
+    order : ndarray of int64, shape (n_rows, n_out)
+        Output indices of each row, group by group.
+    cdf : ndarray of float64, shape (n_rows, n_out)
+        Cumulative probabilities within each group, ending at exactly 1.
+    group_end : ndarray of int64, shape (n_rows, n_groups)
+        End position of each group in ``order``.
+    group_q : ndarray of float64, shape (n_rows, n_groups)
+        Stop probability (>= 0) or minus the move-on probability.
+    n_groups : ndarray of int64, shape (n_rows,)
+    """
+    matrix = np.asarray(matrix, dtype=np.float64)
+    n_rows, n_out = matrix.shape
+    exponents = np.frexp(matrix)[1]
+    key = np.where(matrix > 0, -exponents, np.iinfo(np.int32).max)  # zeros last
+    order = np.argsort(key, axis=1, kind="stable").astype(np.int64)
+    n_groups = np.array([np.unique(key[i][matrix[i] > 0]).size for i in range(n_rows)], dtype=np.int64)
+    width = max(int(n_groups.max()), 1)
+    cdf = np.zeros((n_rows, n_out))
+    group_end = np.zeros((n_rows, width), dtype=np.int64)
+    group_q = np.zeros((n_rows, width))
+    for i in range(n_rows):
+        n_pos = int(np.count_nonzero(matrix[i] > 0))
+        p = matrix[i, order[i, :n_pos]]
+        ends = np.append(np.flatnonzero(np.diff(key[i, order[i, :n_pos]])) + 1, n_pos)
+        starts = np.concatenate([[0], ends[:-1]])
+        masses = np.array([p[s:e].sum() for s, e in zip(starts, ends)])
+        remaining = np.cumsum(masses[::-1])[::-1]  # from the smallest group up
+        for g, (s, e) in enumerate(zip(starts, ends)):
+            cdf[i, s:e] = np.cumsum(p[s:e] / masses[g])
+            cdf[i, e - 1] = 1.0
+            stop = masses[g] / remaining[g]
+            if g == ends.size - 1:
+                group_q[i, g] = 1.0
+            elif stop <= 0.5:
+                group_q[i, g] = stop
+            else:
+                group_q[i, g] = -(remaining[g + 1] / remaining[g])
+        group_end[i, : n_groups[i]] = ends
+    return order, cdf, group_end, group_q, n_groups
+
+
+@numba.njit(cache=True, nogil=True)
+def categorical_rows(codes, rng, order, cdf, group_end, group_q, n_groups):
+    """Draw an output of row ``codes[i]`` from the tables of :func:`exponent_groups`.
+
+    A group is chosen by exact Bernoulli draws, then an output inside it by
+    inverting the group's CDF with one digit (its probabilities differ by
+    less than 2x, so each output owns at least 2**52 / n of the digit's
+    values).
+    """
+    out = np.empty(codes.shape[0], dtype=np.int64)
+    for i in range(codes.shape[0]):
+        row = codes[i]
+        g = 0
+        while g < n_groups[row] - 1:
+            q = group_q[row, g]
+            if q >= 0.0:
+                if bernoulli_exact(q, rng):
+                    break
+            elif not bernoulli_exact(-q, rng):
+                break
+            g += 1
+        lo = 0 if g == 0 else group_end[row, g - 1]
+        hi = group_end[row, g] - 1
+        v = _digit(rng) / _DIGIT
         while lo < hi:
             mid = (lo + hi) // 2
-            if row[mid] > ui:
+            if cdf[row, mid] > v:
                 hi = mid
             else:
                 lo = mid + 1
-        out[i] = lo
+        out[i] = order[row, lo]
     return out

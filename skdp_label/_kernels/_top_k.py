@@ -3,30 +3,11 @@
 import numba
 import numpy as np
 
+from ._sampling import _DIGIT, _rr_offset, uniform_index
+
 
 @numba.njit(cache=True, nogil=True)
-def rr_top_k_indices(codes, order, ks, u, exp_neg_epsilon):
-    """RR-Top-k on class codes, one uniform each.
-
-    Row ``i``'s top-k set is ``order[i, :ks[i]]``. A label in the set is kept
-    with probability e^eps / (e^eps + k - 1) and otherwise replaced by one of
-    the k - 1 other members uniformly; a label outside the set becomes a
-    uniform member of the set (never a class outside it).
-
-    Parameters
-    ----------
-    codes : ndarray of int64, shape (n,)
-    order : ndarray of int64, shape (n, n_classes)
-        Classes of each row by decreasing prior.
-    ks : ndarray of int64, shape (n,)
-    u : ndarray of float64 in [0, 1), shape (n,)
-    exp_neg_epsilon : float
-        ``exp(-epsilon)``.
-
-    Returns
-    -------
-    out : ndarray of int64, shape (n,)
-    """
+def _rr_top_k(codes, order, ks, rng, exp_neg_epsilon):
     out = np.empty(codes.shape[0], dtype=np.int64)
     for i in range(codes.shape[0]):
         k = ks[i]
@@ -35,21 +16,55 @@ def rr_top_k_indices(codes, order, ks, u, exp_neg_epsilon):
             if order[i, j] == codes[i]:
                 pos = j
                 break
-        ui = u[i]
-        if pos < 0:
-            j = int(ui * k)
-            if j > k - 1:
-                j = k - 1
-            out[i] = order[i, j]
+        if pos < 0:  # outside the set: a uniform member of it
+            out[i] = order[i, np.int64(uniform_index(float(k), rng))]
             continue
-        p_keep = 1.0 / (1.0 + (k - 1) * exp_neg_epsilon)
-        if k == 1 or ui < p_keep:
+        # Flip with probability (k-1) e^-eps / (1 + (k-1) e^-eps), formed
+        # directly (1 - P(keep) rounds to 0 at large eps).
+        e = (k - 1) * exp_neg_epsilon
+        t = e / (1.0 + e) * _DIGIT
+        qd = np.floor(t)
+        m = float(k - 1)
+        limit = qd - float(np.int64(qd) % (k - 1)) if k > 1 else 0.0
+        j = _rr_offset(qd, t - qd, limit, m, rng)
+        if j < 0:
             out[i] = codes[i]
             continue
-        j = int((ui - p_keep) / (1.0 - p_keep) * (k - 1))
-        if j > k - 2:
-            j = k - 2
         if j >= pos:  # skip the true label's position
             j += 1
         out[i] = order[i, j]
     return out
+
+
+def rr_top_k_indices(codes, order, ks, rng, exp_neg_epsilon):
+    """RR-Top-k on class codes.
+
+    Row ``i``'s top-k set is ``order[i, :ks[i]]``. A label in the set is kept
+    with probability e^eps / (e^eps + k - 1) and otherwise replaced by one of
+    the k - 1 other members uniformly; a label outside the set becomes a
+    uniform member of the set (never a class outside it). The flip is an
+    exact Bernoulli and the replacement exactly uniform (see
+    :mod:`._sampling`), so the tails match the matrix at any epsilon.
+
+    Parameters
+    ----------
+    codes : ndarray of int64, shape (n,)
+    order : ndarray of int64, shape (n, n_classes)
+        Classes of each row by decreasing prior.
+    ks : ndarray of int64, shape (n,)
+    rng : numpy.random.Generator
+        The release's generator.
+    exp_neg_epsilon : float
+        ``exp(-epsilon)``.
+
+    Returns
+    -------
+    out : ndarray of int64, shape (n,)
+    """
+    codes = np.ascontiguousarray(codes, dtype=np.int64)
+    order = np.ascontiguousarray(order, dtype=np.int64)
+    ks = np.ascontiguousarray(ks, dtype=np.int64)
+    return _rr_top_k(codes, order, ks, rng, float(exp_neg_epsilon))
+
+
+__all__ = ["rr_top_k_indices"]

@@ -323,7 +323,9 @@ class BaseDiscreteMechanism(BaseLabelMechanism):
     After ``fit`` they expose ``input_values_``, ``output_values_`` and
     ``transition_matrix_`` (rows: inputs, columns: outputs, rows sum to 1),
     the exact distribution ``transform`` samples from. The default sampler
-    inverts each row's CDF with one uniform per label.
+    groups each row's outputs by the binary exponent of their probability,
+    picks a group by exact Bernoulli draws and inverts the CDF inside it,
+    so every positive entry is reachable (see docs/sampling.md).
     """
 
     def _encode_labels(self, y):
@@ -341,11 +343,12 @@ class BaseDiscreteMechanism(BaseLabelMechanism):
 
     def _sample_codes(self, codes, rng):
         """Output index for each input index ``codes``, drawn from the matrix."""
-        from .._kernels._sampling import categorical_rows
+        from .._kernels._sampling import categorical_rows, exponent_groups
 
-        cdf = getattr(self, "_cdf", None)
-        if cdf is None:
-            cdf = np.cumsum(self.transition_matrix_, axis=1)
-            cdf[:, -1] = 1.0
-            self._cdf = cdf
-        return categorical_rows(codes, rng.random(codes.shape[0]), cdf)
+        # Tables built from the (public) matrix, rebuilt whenever it changes.
+        matrix = self.transition_matrix_
+        cached = getattr(self, "_row_sampler", None)
+        if cached is None or not (cached[0] is matrix or np.array_equal(cached[0], matrix)):
+            cached = self._row_sampler = (matrix, exponent_groups(matrix))
+        codes = np.ascontiguousarray(codes, dtype=np.int64)
+        return categorical_rows(codes, rng, *cached[1])

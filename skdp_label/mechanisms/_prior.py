@@ -103,7 +103,7 @@ def noisy_histogram(codes, n_bins, epsilon, rng):
     all-zero histogram (possible at tiny n) becomes uniform.
     """
     counts = np.bincount(codes, minlength=n_bins).astype(np.float64)
-    noise = staircase_noise(rng.random(n_bins), epsilon / 2.0, 1.0, 1.0)
+    noise = staircase_noise(rng, epsilon / 2.0, 1, 1, size=n_bins)
     noisy = np.maximum(counts + noise, 0.0)
     total = noisy.sum()
     if total <= 0:
@@ -198,6 +198,3 @@ class BasePriorMechanism(BaseDiscreteMechanism):
             # costing eps1, which is what was charged above.
             self.prior_ = noisy_histogram(codes, values.size, eps1, rng)
         self._build_mechanism(values, self.prior_, eps_labels)
-        cdf = np.cumsum(self.transition_matrix_, axis=1)
-        cdf[:, -1] = 1.0
-        self._cdf = cdf

@@ -7,6 +7,10 @@ import numpy as np
 
 __all__ = ["check_bounds", "check_labels_in_bounds", "check_classes", "check_integer_labels"]
 
+# Integer labels and bounds stay exact in float64 up to 2**53; at most 2**52
+# keeps the span hi - lo exact too.
+_MAX_EXACT_INTEGER = 2.0**52
+
 
 def check_bounds(bounds, name="bounds", *, integer=False, owner=""):
     """Validate declared public bounds ``(lo, hi)`` and return them as floats."""
@@ -25,8 +29,22 @@ def check_bounds(bounds, name="bounds", *, integer=False, owner=""):
             raise ValueError(f"{name} must hold two finite numbers, got {bounds!r}.")
     if not lo < hi:
         raise ValueError(f"{name}=(lo, hi) needs lo < hi, got {bounds!r}.")
-    if integer and (lo != int(lo) or hi != int(hi)):
-        raise ValueError(f"{name} must be integers for an integer-valued mechanism, got {bounds!r}.")
+    span = float(hi) - float(lo)
+    # A span that overflows or is subnormal makes grid steps, sensitivities
+    # and score scales inf or imprecise: refuse it before anything is spent.
+    if not (math.isfinite(span) and span >= np.finfo(float).tiny):
+        raise ValueError(
+            f"{name}=(lo, hi) must have a span hi - lo that is a positive normal finite "
+            f"float64, got {bounds!r}; rescale the labels."
+        )
+    if integer:
+        if lo != int(lo) or hi != int(hi):
+            raise ValueError(f"{name} must be integers for an integer-valued mechanism, got {bounds!r}.")
+        if max(abs(lo), abs(hi)) > _MAX_EXACT_INTEGER:
+            raise ValueError(
+                f"{name} of an integer-valued mechanism must be at most 2**52 in magnitude "
+                f"(integers above are not exact in float64), got {bounds!r}."
+            )
     return float(lo), float(hi)
 
 

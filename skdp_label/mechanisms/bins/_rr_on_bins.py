@@ -5,6 +5,7 @@ import math
 import numpy as np
 from sklearn.utils._param_validation import StrOptions
 
+from ..._kernels._sampling import rr_flip_probability
 from .._prior import BasePriorMechanism
 from .._registry import register_mechanism
 from ._sampling import BinLookup
@@ -172,7 +173,7 @@ class RROnBins(BasePriorMechanism):
         self.bin_map_ = bin_map
         self.n_bins_ = int(bin_values.shape[0])
         self.transition_matrix_ = rr_on_bins_matrix(bin_map, self.n_bins_, epsilon)
-        self._p_keep = float(self.transition_matrix_[0, bin_map[0]])
+        self._flip_probability = rr_flip_probability(self.n_bins_, epsilon)
         self._lookup = BinLookup(prior_values, bin_map)
         self.noisy_label_loss_ = expected_loss(
             prior_values, prior_probabilities, bin_values, self.transition_matrix_, self.loss
@@ -186,4 +187,4 @@ class RROnBins(BasePriorMechanism):
 
     def _randomize_column(self, y, rng):
         # Label -> nearest domain value -> its bin -> k-ary RR over the bins.
-        return self._lookup.sample(y, rng.random(y.shape[0]), self.output_values_, self._p_keep)
+        return self._lookup.sample(y, rng, self.output_values_, self._flip_probability)

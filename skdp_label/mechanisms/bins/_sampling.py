@@ -11,48 +11,52 @@ one read; the others start a short walk from the bucket's first domain value.
 import numba
 import numpy as np
 
-from ..._kernels._sampling import rr_code, rr_scale
+from ..._kernels._sampling import rr_code, rr_constants
 from .._prior import nearest_domain_index
 
 __all__ = ["BinLookup"]
 
 
-@numba.njit(cache=True, nogil=True)
-def _lookup(y, values, bin_map, starts, pure, lo, inv_width, u, outputs, p_keep, codes, out):
-    """Bins of the labels ``y`` into ``codes``; or, when ``outputs`` is not
-    empty, RR-on-Bins samples into ``out``: bin -> k-ary RR over the bins with
-    the uniform ``u[n]`` -> output value (one pass)."""
+@numba.njit(cache=True, nogil=True, inline="always")
+def _bin_of(v, values, bin_map, starts, pure, lo, inv_width):
+    """Bin of one label: nearest domain value (ties up, clipped), then its bin."""
     k = values.shape[0]
     nb = starts.shape[0] - 1
-    hi = values[k - 1]
-    sample = outputs.shape[0] > 0
-    n_bins = outputs.shape[0]
-    scale = rr_scale(n_bins, p_keep)
+    if v <= lo:
+        return bin_map[0]
+    if v >= values[k - 1]:
+        return bin_map[k - 1]
+    b = int((v - lo) * inv_width)
+    if b > nb - 1:
+        b = nb - 1
+    bin_ = pure[b]
+    if bin_ >= 0:
+        return bin_
+    j = starts[b]
+    # First j with values[j] >= v (the bucket start is within a step or two
+    # of it; the loops also absorb rounding of b).
+    while values[j] < v:
+        j += 1
+    while j > 0 and values[j - 1] >= v:
+        j -= 1
+    # 0 < j < k here; ties go up.
+    return bin_map[j - 1] if v - values[j - 1] < values[j] - v else bin_map[j]
+
+
+@numba.njit(cache=True, nogil=True)
+def _lookup(y, values, bin_map, starts, pure, lo, inv_width, codes):
     for n in range(y.shape[0]):
-        v = y[n]
-        if v <= lo:
-            bin_ = bin_map[0]
-        elif v >= hi:
-            bin_ = bin_map[k - 1]
-        else:
-            b = int((v - lo) * inv_width)
-            if b > nb - 1:
-                b = nb - 1
-            bin_ = pure[b]
-            if bin_ < 0:
-                j = starts[b]
-                # First j with values[j] >= v (the bucket start is within a
-                # step or two of it; the loops also absorb rounding of b).
-                while values[j] < v:
-                    j += 1
-                while j > 0 and values[j - 1] >= v:
-                    j -= 1
-                # 0 < j < k here; ties go up.
-                bin_ = bin_map[j - 1] if v - values[j - 1] < values[j] - v else bin_map[j]
-        if sample:
-            out[n] = outputs[rr_code(bin_, u[n], n_bins, p_keep, scale)]
-        else:
-            codes[n] = bin_
+        codes[n] = _bin_of(y[n], values, bin_map, starts, pure, lo, inv_width)
+
+
+@numba.njit(cache=True, nogil=True)
+def _sample(y, values, bin_map, starts, pure, lo, inv_width, rng, outputs, c, out):
+    """RR-on-Bins in one pass: bin -> k-ary RR over the bins (exact flip
+    and uniform replacement, constants ``c``) -> output value."""
+    n_bins = outputs.shape[0]
+    for n in range(y.shape[0]):
+        bin_ = _bin_of(y[n], values, bin_map, starts, pure, lo, inv_width)
+        out[n] = outputs[rr_code(bin_, n_bins, c, rng)]
 
 
 class BinLookup:
@@ -86,16 +90,15 @@ class BinLookup:
         """Bin index of each label."""
         y = np.ascontiguousarray(y, dtype=np.float64)
         codes = np.empty(y.shape[0], dtype=np.int64)
-        none = np.empty(0)
-        _lookup(y, *self._tables(), none, none, 0.0, codes, none)
+        _lookup(y, *self._tables(), codes)
         return codes
 
-    def sample(self, y, u, outputs, p_keep):
-        """Randomized outputs: RR with keep probability ``p_keep`` over the
-        bins, one uniform ``u`` per label."""
+    def sample(self, y, rng, outputs, flip_probability):
+        """Randomized outputs: RR over the bins that leaves the bin with
+        probability ``flip_probability``, drawing from the Generator ``rng``."""
         y = np.ascontiguousarray(y, dtype=np.float64)
         out = np.empty(y.shape[0])
         outputs = np.ascontiguousarray(outputs, dtype=np.float64)
-        u = np.ascontiguousarray(u, dtype=np.float64)
-        _lookup(y, *self._tables(), u, outputs, p_keep, np.empty(0, dtype=np.int64), out)
+        c = rr_constants(outputs.shape[0], flip_probability)
+        _sample(y, *self._tables(), rng, outputs, c, out)
         return out

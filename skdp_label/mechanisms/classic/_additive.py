@@ -23,10 +23,13 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..._kernels._sampling import (
-    _staircase_constants,
     count_outside,
+    discrete_gaussian,
+    max_staircase_magnitude,
+    bulk_constants,
     staircase_additive,
-    staircase_additive_alias,
+    staircase_additive_bulk,
+    staircase_constants,
     staircase_noise,
 )
 from ...utils._random import power_of_two_grid
@@ -85,6 +88,28 @@ _DISCRETE_ATTRIBUTES_DOC = """
 """
 
 
+_CONTINUOUS_NOTES_DOC = """
+    Notes
+    -----
+    ``epsilon`` is capped at 20, as for all continuous noise (``fit``
+    refuses more): the noise is then under 5% of the span and the label is
+    all but released. Bounds whose span, grid step (or its inverse) or
+    noise range is not a normal finite float are refused before anything is
+    spent. Up to the cap every grid point is reachable and each one's
+    probability is right to 1e-9 relative (docs/sampling.md).
+"""
+
+_DISCRETE_NOTES_DOC = """
+    Notes
+    -----
+    ``epsilon`` is capped at 30 (``fit`` refuses more): a label is then
+    released unchanged with probability 1 - 2e-13 anyway. Up to the cap the
+    sampler reaches every output of positive probability, each right to
+    1e-9 relative (docs/sampling.md). Bounds must be integers of magnitude
+    at most 2**52.
+"""
+
+
 class BaseAdditiveMechanism(BaseLabelMechanism):
     """Base of additive mechanisms on declared ``bounds``.
 
@@ -116,6 +141,10 @@ class BaseAdditiveMechanism(BaseLabelMechanism):
     def _noise_units(self, n, sensitivity_units, rng):
         raise NotImplementedError
 
+    def _noise_decay(self, sensitivity_units):
+        """(lam, width) of the blocks of the noise sampler, for its range."""
+        raise NotImplementedError
+
     def _fit_mechanism(self, y):
         lo, hi = self._bounds()
         sensitivity = hi - lo
@@ -127,6 +156,26 @@ class BaseAdditiveMechanism(BaseLabelMechanism):
                 self._noise_scale(sensitivity), max(abs(lo), abs(hi), sensitivity)
             )
             self.sensitivity_units_ = math.floor(sensitivity / self.granularity_) + 1
+        self._check_noise_range()
+
+    def _check_noise_range(self):
+        """Refuse a configuration whose outputs could overflow or lose exactness.
+
+        Outputs are (label units + Z) * g with |Z| at most what the sampler
+        can draw. Past 2**53 units the sum is no longer an exact integer, and
+        past float64's range it becomes inf (or, clipped, a bound) whatever
+        the label: refuse instead.
+        """
+        lo, hi = self._bounds()
+        g = self.granularity_
+        lam, width = self._noise_decay(self.sensitivity_units_)
+        units = max(abs(lo), abs(hi)) / g + 1.0 + max_staircase_magnitude(lam, width)
+        if not (units <= 2.0**53 and math.isfinite(units * g) and units * g <= np.finfo(float).max / 2):
+            raise ValueError(
+                f"{type(self).__name__}: with bounds={self.bounds!r} and epsilon={self.epsilon!r} "
+                "the noise range overflows float64 (or its integer grid); rescale the labels to a "
+                "smaller range or raise epsilon."
+            )
 
     def _randomize_column(self, y, rng):
         g = self.granularity_
@@ -144,26 +193,31 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
         """(lam, width, r) of the noise for a sensitivity in grid units."""
         raise NotImplementedError
 
+    def _noise_decay(self, sensitivity_units):
+        # Staircases: epsilon per block of width the sensitivity.
+        return float(self.epsilon), sensitivity_units
+
     def _noise_units(self, n, sensitivity_units, rng):
         lam, width, r = self._staircase(sensitivity_units)
-        return staircase_noise(rng.random(n), lam, float(width), float(r))
+        return staircase_noise(rng, lam, width, r, size=n)
 
     def _randomize_column(self, y, rng):
         lam, width, r = self._staircase(self.sensitivity_units_)
         lo, hi = self._bounds()
-        u = rng.random(y.shape[0])
+        constants = staircase_constants(lam, width, r)
         if y.shape[0] >= 10_000:  # worth building the table
-            table = getattr(self, "_alias_table", False)
-            if table is False:
-                table = self._alias_table = staircase_alias_table(lam, width, r)
+            key = (lam, width, r)
+            cached = getattr(self, "_alias_table", None)
+            if cached is None or cached[0] != key:  # rebuilt after a refit
+                cached = self._alias_table = (key, staircase_alias_table(lam, width, r))
+            table = cached[1]
             if table is not None:
-                constants = _staircase_constants(lam, float(width), float(r))
-                return staircase_additive_alias(
-                    y, u, self.granularity_, *table, constants, bool(self.clip), lo, hi
+                m0, tail, prob, alias = table
+                return staircase_additive_bulk(
+                    y, rng, self.granularity_, constants, bulk_constants(m0, tail, prob.shape[0]),
+                    prob, alias, bool(self.clip), lo, hi,
                 )
-        return staircase_additive(
-            y, u, self.granularity_, lam, float(width), float(r), bool(self.clip), lo, hi
-        )
+        return staircase_additive(y, rng, self.granularity_, constants, bool(self.clip), lo, hi)
 
     # Exact distribution of the clipped integer mechanisms.
     @property
@@ -198,6 +252,9 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
 
 
 class _LaplaceFamily(BaseStaircaseFamily):
+    def _noise_decay(self, sensitivity_units):
+        return float(self.epsilon) / sensitivity_units, 1
+
     def _staircase(self, sensitivity_units):
         return float(self.epsilon) / sensitivity_units, 1, 1
 
@@ -213,6 +270,7 @@ class Laplace(_LaplaceFamily):
 """
         + _PARAMETERS_DOC.format(extra="")
         + _CONTINUOUS_ATTRIBUTES_DOC
+        + _CONTINUOUS_NOTES_DOC
         + """
     Examples
     --------
@@ -239,6 +297,7 @@ class DiscreteLaplace(_LaplaceFamily):
 """
         + _PARAMETERS_DOC.format(extra="")
         + _DISCRETE_ATTRIBUTES_DOC
+        + _DISCRETE_NOTES_DOC
         + """
     Examples
     --------
@@ -249,6 +308,7 @@ class DiscreteLaplace(_LaplaceFamily):
     """
     )
     _integer = True
+    _max_epsilon = 30.0  # discrete noise (BaseLabelMechanism's default of 20 is for continuous)
 
     def __init__(self, epsilon=1.0, *, bounds=None, clip=True, accountant=None, random_state=None):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
@@ -280,7 +340,9 @@ class Staircase(BaseStaircaseFamily):
         + _CONTINUOUS_ATTRIBUTES_DOC
         + """    gamma_ : float
         Step fraction used.
-
+"""
+        + _CONTINUOUS_NOTES_DOC
+        + """
     Examples
     --------
     >>> from skdp_label.mechanisms import Staircase
@@ -334,7 +396,9 @@ class DiscreteStaircase(BaseStaircaseFamily):
         + _DISCRETE_ATTRIBUTES_DOC
         + """    r_ : int
         High-step length used.
-
+"""
+        + _DISCRETE_NOTES_DOC
+        + """
     Examples
     --------
     >>> from skdp_label.mechanisms import DiscreteStaircase
@@ -344,6 +408,7 @@ class DiscreteStaircase(BaseStaircaseFamily):
     """
     )
     _integer = True
+    _max_epsilon = 30.0  # discrete noise (BaseLabelMechanism's default of 20 is for continuous)
     _parameter_constraints = {
         **BaseStaircaseFamily._parameter_constraints,
         "loss": [StrOptions({"squared", "absolute"})],
@@ -396,7 +461,9 @@ class Gaussian(BaseAdditiveMechanism):
         Noise standard deviation on the label scale.
     delta_spent_ : float
         Delta spent per label by this object so far.
-
+"""
+        + _CONTINUOUS_NOTES_DOC
+        + """
     Examples
     --------
     >>> from skdp_label.mechanisms import Gaussian
@@ -431,17 +498,14 @@ class Gaussian(BaseAdditiveMechanism):
         self.sigma_units_ = gaussian_sigma(float(self.epsilon), float(self.delta), float(self.sensitivity_units_))
         self.sigma_ = self.sigma_units_ * self.granularity_
 
+    def _noise_decay(self, sensitivity_units):
+        # Proposals are discrete Laplace of scale t = floor(sigma) + 1.
+        sigma = gaussian_sigma(float(self.epsilon), float(self.delta), float(sensitivity_units))
+        return 1.0 / (math.floor(sigma) + 1.0), 1
+
     def _noise_units(self, n, sensitivity_units, rng):
         # Canonne-Kamath-Steinke: propose discrete Laplace of scale t, accept
-        # with probability exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2)).
+        # with probability exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2)) (exactly).
         sigma = self.sigma_units_
         t = math.floor(sigma) + 1.0
-        out = np.empty(n)
-        todo = np.arange(n)
-        while todo.size:
-            m = todo.size
-            proposal = staircase_noise(rng.random(m), 1.0 / t, 1.0, 1.0)
-            accept = rng.random(m) < np.exp(-((np.abs(proposal) - sigma**2 / t) ** 2) / (2 * sigma**2))
-            out[todo[accept]] = proposal[accept]
-            todo = todo[~accept]
-        return out
+        return discrete_gaussian(rng, n, sigma, staircase_constants(1.0 / t, 1, 1))

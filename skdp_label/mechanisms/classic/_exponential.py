@@ -1,5 +1,7 @@
 """Exponential mechanism over a public grid of label values (000 App. F)."""
 
+import math
+
 import numpy as np
 from scipy import optimize
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -103,6 +105,16 @@ class ExponentialMechanism(BaseDiscreteMechanism):
 
     def _check_label_values(self, y):
         grid = self._grid()
+        if grid.size > 1:
+            # Public check, before anything is spent: beta ~ epsilon / span must
+            # be finite or the matrix turns into NaN (inf * 0 on its diagonal).
+            span = float(grid[-1] - grid[0])
+            tiny = np.finfo(float).tiny
+            if not (math.isfinite(span) and span >= tiny and math.isfinite(float(self.epsilon) / span)):
+                raise ValueError(
+                    f"{type(self).__name__}: the grid's span is not a positive normal float64 "
+                    "or epsilon / span overflows; rescale the labels."
+                )
         if np.any((y < grid[0]) | (y > grid[-1])):
             raise ValueError(
                 f"labels outside the public grid range [{grid[0]:g}, {grid[-1]:g}] of "
@@ -135,9 +147,6 @@ class ExponentialMechanism(BaseDiscreteMechanism):
                 beta *= 1 - 1e-12
             self.beta_ = beta
         self.transition_matrix_ = exponential_matrix(grid, self.beta_)
-        cdf = np.cumsum(self.transition_matrix_, axis=1)
-        cdf[:, -1] = 1.0
-        self._cdf = cdf
 
     def _encode_labels(self, y):
         return nearest_domain_index(self.input_values_, y)

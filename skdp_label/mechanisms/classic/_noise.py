@@ -92,35 +92,52 @@ def alias_table_probabilities(prob, alias):
     return implied / k
 
 
-def staircase_alias_table(lam, width, r, min_probability=1e-7, max_entries=1 << 18):
-    """Alias table of the bulk of the staircase distribution.
+def staircase_alias_table(lam, width, r, min_probability=1e-5, max_entries=1 << 18, rtol=1e-9):
+    """Alias table of the bulk of the staircase distribution, for the fast path
+    of :func:`skdp_label._kernels._sampling.staircase_additive_bulk`.
 
-    The bulk is the z whose probability is at least ``min_probability``;
-    the two tails outside it are sampled by closed-form inversion. Returns
-    None when the bulk would exceed ``max_entries``.
+    The bulk is the values |z| < m0 of whole blocks whose probability is at
+    least ``min_probability``; the tail |z| >= m0 (probability
+    ``tail_probability``) is drawn by the exact sampler. The fast path maps
+    one 53-bit digit into the table, so each bulk value's probability is off
+    by at most 4 (1 + number of cells aliasing it) / 2**53 from digit
+    quantisation, plus the table's own float error. Both are bounded here;
+    returns None (use the exact sampler everywhere) when the bound exceeds
+    ``rtol`` relative, or when the bulk would exceed ``max_entries``.
 
     Returns
     -------
-    z_first : int
-        First value of the bulk.
-    below, above : float
-        P(Z < z_first) and P(Z <= last value of the bulk): a uniform u in
-        [below, above) is rescaled to draw from the bulk.
+    m0 : int
+        First magnitude of the tail.
+    tail_probability : float
+        P(|Z| >= m0) = 2 p0 b^n M / (1 - b), n = m0 / width.
     prob, alias : ndarray
-        The alias table of the bulk (normalised).
+        The alias table of z = -(m0 - 1), ..., m0 - 1.
     """
     p0 = _p_zero(lam, width, r)
     if p0 < min_probability:
         return None
-    # Blocks decay by e^-lam; the bulk ends where even the high step is below the floor.
-    n_blocks = math.floor(math.log(p0 / min_probability) / lam) + 1
-    half = n_blocks * int(width) - 1
-    if 2 * half + 1 > max_entries:
+    # Blocks decay by e^-lam; the bulk is the whole blocks whose low step
+    # (b times the block's high step) is still above the floor.
+    n_blocks = math.floor(math.log(p0 / min_probability) / lam) + (1 if r == width else 0)
+    if n_blocks < 1:
         return None
-    z = np.arange(-half, half + 1, dtype=np.int64)
-    below = float(staircase_tail(np.array([half + 1]), lam, width, r)[0])  # P(Z <= -half-1)
-    prob, alias = alias_table(staircase_pmf(z, lam, width, r))
-    return -half, below, 1.0 - below, prob, alias
+    m0 = n_blocks * int(width)
+    if 2 * m0 - 1 > max_entries:
+        return None
+    z = np.arange(-(m0 - 1), m0, dtype=np.int64)
+    pmf = staircase_pmf(z, lam, width, r)
+    block_mass = r + math.exp(-lam) * (width - r)
+    tail_probability = 2.0 * p0 * math.exp(-lam * n_blocks) * block_mass / -math.expm1(-lam)
+    prob, alias = alias_table(pmf)
+    # Error bound of the fast path, relative to each bulk value's probability.
+    implied = alias_table_probabilities(prob, alias) * (1.0 - tail_probability)
+    n_in = np.bincount(alias[prob < 1.0], minlength=prob.shape[0])
+    quantisation = 4.0 * (1.0 + n_in) / 2.0**53
+    bound = (np.abs(implied - pmf) + quantisation) / pmf
+    if not np.all(bound <= rtol):
+        return None
+    return m0, tail_probability, prob, alias
 
 
 def staircase_moment(lam, width, r, power, tol=1e-16):

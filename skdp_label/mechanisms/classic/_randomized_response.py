@@ -8,6 +8,8 @@ from ..._kernels._sampling import (
     count_outside,
     randomized_response_contiguous,
     randomized_response_indices,
+    rr_constants,
+    rr_flip_probability,
 )
 from .._base import BaseDiscreteMechanism
 from .._registry import register_mechanism
@@ -98,14 +100,15 @@ class RandomizedResponse(BaseDiscreteMechanism):
 
     def _randomize_column(self, y, rng):
         k = self.input_values_.shape[0]
-        p_keep = self.transition_matrix_[0, 0]
+        # The flip probability, not 1 - P(keep): an exact Bernoulli of it
+        # keeps the off-diagonal mass right at any epsilon.
+        c = rr_constants(k, rr_flip_probability(k, float(self.epsilon)))
         contiguous = self._contiguous_integer_classes(self.input_values_)
         if contiguous is not None and y.dtype.kind in "iuf":
             # Labels were validated: they are the integers lo..lo+k-1.
-            return randomized_response_contiguous(y, rng.random(y.shape[0]), contiguous[0], k, p_keep)
+            return randomized_response_contiguous(y, rng, contiguous[0], k, c)
         codes = encode_classes(y, self.input_values_)
-        out = randomized_response_indices(codes, rng.random(codes.shape[0]), k, p_keep)
-        noisy = self.output_values_[out]
+        noisy = self.output_values_[randomized_response_indices(codes, rng, k, c)]
         if y.dtype.kind in "iuf" and noisy.dtype.kind in "iuf":
             noisy = noisy.astype(y.dtype)  # numeric labels keep their dtype
         return noisy

@@ -100,9 +100,6 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
         self.k_ = k
         self.top_k_ = classes[np.sort(order[:k])]
         self.transition_matrix_ = rr_top_k_matrix(in_top, float(self.epsilon))
-        cdf = np.cumsum(self.transition_matrix_, axis=1)
-        cdf[:, -1] = 1.0
-        self._cdf = cdf
 
     def choose_k(self, priors):
         """Size of the top-k set for each prior (public computation, free).
@@ -150,9 +147,7 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
         eps, delta = self._release_cost()
         self._charge(eps, delta, n_labels=codes.shape[0], step="randomized labels (per-example priors)")
         rng = self._release_generator("randomized labels (per-example priors)", codes.shape[0])
-        picked = rr_top_k_indices(
-            codes, order, ks, rng.random(codes.shape[0]), math.exp(-float(self.epsilon))
-        )
+        picked = rr_top_k_indices(codes, order, ks, rng, math.exp(-float(self.epsilon)))
         return self._as_label_dtype(self.output_values_[picked], y2d)
 
     def _as_label_dtype(self, noisy, y):

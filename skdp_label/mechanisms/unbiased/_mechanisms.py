@@ -8,7 +8,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 from threadpoolctl import threadpool_limits
 
-from ..._kernels._sampling import randomized_response_indices
+from ..._kernels._sampling import randomized_response_indices, rr_constants, rr_flip_probability
 from .._base import BaseDiscreteMechanism
 from .._prior import BasePriorMechanism, resolve_domain
 from .._registry import register_mechanism
@@ -316,4 +316,5 @@ class DebiasedRR(_UnbiasedRoundingMixin, BaseDiscreteMechanism):
 
     def _sample_codes(self, codes, rng):
         k = self.input_values_.shape[0]
-        return randomized_response_indices(codes, rng.random(codes.shape[0]), k, self.transition_matrix_[0, 0])
+        c = rr_constants(k, rr_flip_probability(k, float(self.epsilon)))
+        return randomized_response_indices(codes, rng, k, c)
