@@ -164,13 +164,14 @@ class RRSamplerEpsPlus(RandomizedResponse):
     """Mutant: an honest matrix, but the sampler keeps labels as at epsilon + 0.1."""
 
     def _randomize_column(self, y, rng):
-        honest = self.transition_matrix_
-        k = honest.shape[0]
-        self.transition_matrix_ = randomized_response_matrix(k, float(self.epsilon) + 0.1)
+        # The RR kernel samples from epsilon (its exact flip probability), so
+        # the mutant samples at a larger epsilon than fit computed the matrix for.
+        honest = self.epsilon
+        self.epsilon = honest + 0.1
         try:
             return super()._randomize_column(y, rng)
         finally:
-            self.transition_matrix_ = honest
+            self.epsilon = honest
 
 
 @pytest.mark.parametrize(

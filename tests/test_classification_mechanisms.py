@@ -144,7 +144,7 @@ def test_randomize_charges_once_and_rejects_bad_priors_before_spending():
     for bad in [good[:3], good[:, :2], np.where(good > 0, np.nan, 0), -good, np.zeros((4, 3))]:
         with pytest.raises(ValueError):
             mech.randomize([0, 1, 2, 0], bad)
-    with pytest.raises(ValueError, match="not among the declared classes"):
+    with pytest.raises(ValueError, match="not among the .*declared classes"):
         mech.randomize([0, 1, 5, 0], good)
     assert acc.ledger == []
     mech.randomize([0, 1, 2, 0], good)

@@ -65,8 +65,10 @@ class BaseLabelDPEstimator(MetaEstimatorMixin, BaseEstimator):
         seeds (it hashes the features)."""
         if self.random_state is None:
             return ()
-        if not (hasattr(X, "iloc") or sp.issparse(X)):
-            X = np.asarray(X)
+        if hasattr(X, "to_numpy"):
+            X = X.to_numpy()
+        if not sp.issparse(X):
+            X = np.ascontiguousarray(X)  # the values, not the container or memory layout
         return public_fingerprint(type(self).__name__, X)
 
     def _fit_generator(self, context):
