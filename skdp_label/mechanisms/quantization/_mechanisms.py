@@ -145,9 +145,10 @@ _COMMON_DOC = """    bounds : tuple (lo, hi)
     prior : tuple (values, probabilities), optional
         Public prior the error is measured (and optimised) under; ``None``
         means uniform on the bounds. Nothing is spent on it.
-    objective : {'mae', 'squared'}, default='mae'
-        Error reported in ``expected_error_`` (and minimised by the optimised
-        mechanisms): absolute or squared.
+    objective : {'squared', 'mae'}, default='squared'
+        Error reported in ``expected_error_`` and minimised by the optimised
+        mechanisms and margins: squared error (the variance, what matters
+        for training with squared loss) or absolute error (002's measure).
     accountant : BudgetAccountant, optional
         Charged with every release.
     random_state : None or int
@@ -251,7 +252,7 @@ class RandomizedQuantization(_BinsMixin, _QuantizationBase):
 
     def __init__(
         self, epsilon=1.0, *, bounds=None, bins=None, selection=None, prior=None,
-        objective="mae", accountant=None, random_state=None,
+        objective="squared", accountant=None, random_state=None,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.bounds = bounds
@@ -325,13 +326,18 @@ class RandomizedQuantization(_BinsMixin, _QuantizationBase):
 
 
 # -- RQM and ERM: one-parameter families calibrated by the exact loss -------------
-def _family_rows(kind, bins, lo, hi, theta):
-    cells = make_cells(bins, lo, hi)
-    pairs = pair_index(cells)
+def _family_rows(kind, bins, lo, hi, theta, _layout=None):
+    cells, pairs, ends = _layout or _family_layout(bins, lo, hi)
     make = rqm_selection if kind == "rqm" else erm_selection
     left, right = make(cells.bins, theta)
     pi = product_selection(cells, pairs, left, right)
-    return cells, pairs, pi, (end_operator(cells, pairs) @ pi).reshape(-1, cells.bins.size)
+    return cells, pairs, pi, (ends @ pi).reshape(-1, cells.bins.size)
+
+
+def _family_layout(bins, lo, hi):
+    cells = make_cells(bins, lo, hi)
+    pairs = pair_index(cells)
+    return cells, pairs, end_operator(cells, pairs)
 
 
 def _calibrate(kind, bins, lo, hi, epsilon):
@@ -341,8 +347,10 @@ def _calibrate(kind, bins, lo, hi, epsilon):
     [0, inf) (0: uniform selection); the loss grows with either, and the
     bisection keeps its lower end private whether or not it is monotone.
     """
+    layout = _family_layout(bins, lo, hi)
+
     def loss(theta):
-        return privacy_loss(_family_rows(kind, bins, lo, hi, theta)[3])
+        return privacy_loss(_family_rows(kind, bins, lo, hi, theta, layout)[3])
 
     if not loss(0.0) <= epsilon:
         return None
@@ -354,7 +362,7 @@ def _calibrate(kind, bins, lo, hi, epsilon):
             low, high = high, 2.0 * high
     if loss(high) <= epsilon:
         return high
-    for _ in range(60):
+    for _ in range(50):
         mid = (low + high) / 2.0
         if loss(mid) <= epsilon:
             low = mid
@@ -381,7 +389,7 @@ def _auto_margin(kind, m, lo, hi, epsilon, prior_key, objective):
         return float((row_weights(cells, cells.bins, prior, objective) * rows).sum())
 
     # Scan first (infeasible margins give 1e300), then refine around the best.
-    grid = np.linspace(1e-6, math.log(64.0), 25)
+    grid = np.linspace(1e-6, math.log(64.0), 13)
     values = [error(s) for s in grid]
     i = int(np.argmin(values))
     if values[i] >= 1e300:
@@ -389,7 +397,7 @@ def _auto_margin(kind, m, lo, hi, epsilon, prior_key, objective):
     from scipy.optimize import minimize_scalar
 
     lo_s, hi_s = grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
-    res = minimize_scalar(error, bounds=(lo_s, hi_s), method="bounded", options={"xatol": 1e-5})
+    res = minimize_scalar(error, bounds=(lo_s, hi_s), method="bounded", options={"xatol": 1e-4})
     best = res.x if res.fun <= values[i] else grid[i]
     return base * math.exp(best)
 
@@ -515,7 +523,7 @@ class RQM(_FamilyBase):
 
     def __init__(
         self, epsilon=1.0, *, bounds=None, bins=4, margin="auto", q="auto", prior=None,
-        objective="mae", accountant=None, random_state=None,
+        objective="squared", accountant=None, random_state=None,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.bounds = bounds
@@ -594,7 +602,7 @@ class ERM(_FamilyBase):
 
     def __init__(
         self, epsilon=1.0, *, bounds=None, bins=4, margin="auto", gamma="auto", prior=None,
-        objective="mae", accountant=None, random_state=None,
+        objective="squared", accountant=None, random_state=None,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.bounds = bounds
@@ -626,7 +634,7 @@ def _optm_bins(m, lo, hi, epsilon, prior_key, objective):
         cells, _, _, rows = res
         return float((row_weights(cells, cells.bins, prior, objective) * rows).sum())
 
-    return optimize_positions(error, lo, hi, m, epsilon, max_evals=150)
+    return optimize_positions(error, lo, hi, m, epsilon)
 
 
 @functools.lru_cache(maxsize=256)
@@ -641,7 +649,7 @@ def _mvu_outputs(m, grid_size, lo, hi, epsilon, prior_key, objective):
         pieces = mvu_pieces(grid, lo, hi)
         return float((row_weights(pieces, outputs, prior, objective) * mvu_rows(matrix)).sum())
 
-    return optimize_positions(error, lo, hi, m, epsilon, max_evals=150)
+    return optimize_positions(error, lo, hi, m, epsilon)
 
 
 @register_mechanism("optm", task="regression")
@@ -688,7 +696,7 @@ class OPTM(_BinsMixin, _QuantizationBase):
     Examples
     --------
     >>> from skdp_label.mechanisms import OPTM
-    >>> mech = OPTM(1.0, bounds=(-1, 1), bins=[-3, -0.5, 0.5, 3]).fit([0.0])
+    >>> mech = OPTM(1.0, bounds=(-1, 1), bins=[-3, -0.5, 0.5, 3], objective='mae').fit([0.0])
     >>> round(mech.expected_error_, 3), bool(mech.privacy_loss_ <= 1.0)
     (1.852, True)
     """
@@ -700,7 +708,7 @@ class OPTM(_BinsMixin, _QuantizationBase):
     }
 
     def __init__(
-        self, epsilon=1.0, *, bounds=None, bins=4, prior=None, objective="mae",
+        self, epsilon=1.0, *, bounds=None, bins=4, prior=None, objective="squared",
         accountant=None, random_state=None,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
@@ -755,7 +763,7 @@ class MVU(_QuantizationBase):
     grid_size : int, default=16
         Number of input grid points (at least 2).
 """
-        + _COMMON_DOC.replace("default='mae'", "default='squared'")
+        + _COMMON_DOC
         + """
     Attributes
     ----------

@@ -211,12 +211,15 @@ def _positions(theta, lo, hi, m, min_margin, free):
 
     ``theta[0], theta[1]``: log of the outer margins in units of the minimal
     one (minus 1), so every ``theta`` gives outer bins that are strictly
-    private. ``free``: the ``m - 2`` interior gaps are softmax weights
+    private; margins are capped at ``max(8 (hi - lo), 4 x minimal)``. ``free``: the ``m - 2`` interior gaps are softmax weights
     (``theta[2:]``, the first fixed at 0); otherwise ``theta[2]`` spreads
     evenly spaced interior positions from the centre (1: on the bounds).
     """
-    first = lo - min_margin * (1.0 + math.exp(theta[0]))
-    last = hi + min_margin * (1.0 + math.exp(theta[1]))
+    # Margins are capped: far outer bins with tiny probabilities can shave a
+    # little absolute error but make the outputs heavy-tailed.
+    cap = max(8.0 * (hi - lo), 4.0 * min_margin)
+    first = lo - min(min_margin * (1.0 + math.exp(min(theta[0], 50.0))), cap)
+    last = hi + min(min_margin * (1.0 + math.exp(min(theta[1], 50.0))), cap)
     if m == 2:
         return np.array([first, last])
     if free:
@@ -231,38 +234,41 @@ def _positions(theta, lo, hi, m, min_margin, free):
     return np.concatenate([[first], inner, [last]])
 
 
-def optimize_positions(objective_of, lo, hi, m, epsilon, *, free_up_to=8, max_evals=300):
+def _nelder_mead(fun, x0, step, max_evals):
+    simplex = np.vstack([x0] + [x0 + step * e for e in np.eye(x0.size)])
+    res = minimize(fun, x0, method="Nelder-Mead", options={
+        "initial_simplex": simplex, "maxfev": max_evals, "xatol": 1e-3, "fatol": 1e-9,
+    })
+    return res.x, res.fun
+
+
+def optimize_positions(objective_of, lo, hi, m, epsilon, *, free_up_to=6, max_evals=60):
     """Bin (or output) positions minimising ``objective_of(positions)``.
 
     002 grid-searches the bins by hand (and lists automatic tuning as future
-    work); here a derivative-free search: first three parameters (outer
-    margins, spread of evenly spaced interior bins), then, for ``m <=
-    free_up_to``, every gap freely (Nelder-Mead from that start).
-    ``objective_of`` returns ``inf`` for infeasible positions.
+    work); here a derivative-free search: a scan of the outer margin, then
+    Nelder-Mead over three parameters (both outer margins, spread of evenly
+    spaced interior bins), then, for ``m <= free_up_to``, over every gap.
+    ``objective_of`` returns ``inf`` for infeasible positions. A local
+    search: the result is good, not certified optimal.
     """
     min_margin = minimal_margin(lo, hi, epsilon)
 
-    def run(theta, free):
+    def run(theta, free=False):
         value = objective_of(_positions(theta, lo, hi, m, min_margin, free))
         return value if np.isfinite(value) else 1e300
 
-    start = np.array([0.0, 0.0, 0.0])
-    if m == 2:
-        res = minimize(lambda t: run(np.concatenate([t, [0.0]]), False), start[:2],
-                       method="Nelder-Mead", options={"maxfev": max_evals, "xatol": 1e-4, "fatol": 1e-10})
-        return _positions(res.x, lo, hi, m, min_margin, False)
-    res = minimize(lambda t: run(t, False), start, method="Nelder-Mead",
-                   options={"maxfev": max_evals, "xatol": 1e-4, "fatol": 1e-10})
-    best = _positions(res.x, lo, hi, m, min_margin, False)
-    if m > free_up_to:
+    scan = [np.array([s, s, 0.0]) for s in np.linspace(-1.0, 5.0, 7)]
+    start = min(scan, key=run)
+    theta, value = _nelder_mead(run, start, 0.7, max_evals)
+    best = _positions(theta, lo, hi, m, min_margin, False)
+    if m <= 3 or m > free_up_to:
         return best
-    # Free gaps, started from the evenly spaced optimum.
     gaps = np.diff(best)
-    theta = np.concatenate([res.x[:2], np.log(gaps[1:] / gaps[0])])
-    res_free = minimize(lambda t: run(t, True), theta, method="Nelder-Mead",
-                        options={"maxfev": max_evals, "xatol": 1e-4, "fatol": 1e-10})
-    if res_free.fun <= res.fun:
-        return _positions(res_free.x, lo, hi, m, min_margin, True)
+    free0 = np.concatenate([theta[:2], np.log(gaps[1:] / gaps[0])])
+    free_theta, free_value = _nelder_mead(lambda t: run(t, True), free0, 0.5, max_evals)
+    if free_value < value:
+        return _positions(free_theta, lo, hi, m, min_margin, True)
     return best
 
 
