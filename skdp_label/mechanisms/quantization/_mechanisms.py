@@ -631,7 +631,7 @@ def _optm_bins(m, lo, hi, epsilon, prior_key, objective):
         res = solve_optm(bins, lo, hi, epsilon, prior, objective)
         if res is None:
             return math.inf
-        cells, _, _, rows = res
+        cells, _, _, rows, _ = res
         return float((row_weights(cells, cells.bins, prior, objective) * rows).sum())
 
     return optimize_positions(error, lo, hi, m, epsilon)
@@ -690,6 +690,9 @@ class OPTM(_BinsMixin, _QuantizationBase):
         The bins.
     selection_ : ndarray of shape (m - 1, m, m)
         Optimal pair probabilities per cell.
+    repair_weight_ : float
+        Weight of the repair mixture (0 when the cleaned LP answer was
+        exactly private already).
 """
         + _COMMON_ATTRS
         + """
@@ -731,12 +734,13 @@ class OPTM(_BinsMixin, _QuantizationBase):
         res = solve_optm(bins, lo, hi, epsilon, prior, self.objective)
         if res is None:
             raise ValueError(
-                f"OPTM: no mechanism on these bins is epsilon = {epsilon:g}-DP; the outer bins "
-                f"must lie more than (hi - lo) / (e^eps - 1) = {minimal_margin(lo, hi, epsilon):.6g} "
-                "beyond the bounds."
+                f"OPTM: no mechanism on these bins is epsilon = {epsilon:g}-DP; move the outer "
+                "bins further beyond the bounds (from (hi - lo) / (e^eps - 1) = "
+                f"{minimal_margin(lo, hi, epsilon):.6g} on, the two outer bins alone are private)."
             )
-        cells, pairs, pi, rows = res
+        cells, pairs, pi, rows, weight = res
         self._set_selection(cells, pairs, pi)
+        self.repair_weight_ = weight
         return cells, rows, cells.bins
 
 
@@ -816,8 +820,9 @@ class MVU(_QuantizationBase):
         matrix = solve_mvu(outputs, grid, lo, hi, epsilon, prior, self.objective)
         if matrix is None:
             raise ValueError(
-                f"MVU: no unbiased epsilon = {epsilon:g}-DP matrix onto these outputs; the outer "
-                f"outputs must lie more than {minimal_margin(lo, hi, epsilon):.6g} beyond the bounds."
+                f"MVU: no unbiased epsilon = {epsilon:g}-DP matrix onto these outputs; move the "
+                "outer outputs further beyond the bounds (from (hi - lo) / (e^eps - 1) = "
+                f"{minimal_margin(lo, hi, epsilon):.6g} on, the two outer outputs alone are private)."
             )
         self.probability_matrix_ = matrix
         return mvu_pieces(grid, lo, hi), mvu_rows(matrix), outputs

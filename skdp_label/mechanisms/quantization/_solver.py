@@ -29,8 +29,10 @@ from ._core import (
 
 __all__ = ["solve_optm", "solve_mvu", "optimize_positions", "mix_to_epsilon"]
 
-# The LP is solved for epsilon * (1 - _LP_SLACK); the repair closes the rest.
+# The LP is solved for epsilon * (1 - _LP_SLACK); the repair closes the rest,
+# if needed with the answer for epsilon * (1 - _REPAIR_SLACK).
 _LP_SLACK = 1e-7
+_REPAIR_SLACK = 1e-3
 
 
 def _dp_constraints(n_vars, end_matrix, n_rows, m, epsilon):
@@ -70,7 +72,9 @@ def _linprog(cost, a_ub, b_ub, a_eq, b_eq):
 def mix_to_epsilon(params, safe, loss_of, epsilon):
     """``(1 - w) params + w safe`` with the smallest ``w`` whose loss is <= epsilon.
 
-    ``safe`` must have loss < epsilon; ``loss_of`` computes the exact loss.
+    ``safe`` must have loss <= epsilon; for an output, the mixture's largest
+    ratio lies between the two mechanisms' ratios, so ``w = 1`` always works
+    and bisection finds the smallest working weight (to 2^-60).
     Returns (mixed parameters, w).
     """
     if loss_of(params) <= epsilon:
@@ -87,6 +91,29 @@ def mix_to_epsilon(params, safe, loss_of, epsilon):
     return (1.0 - high) * params + high * safe, high
 
 
+def _repair(solve, safe, loss_of, epsilon):
+    """Exactly epsilon-DP parameters from an LP solved for a smaller epsilon.
+
+    ``solve(eps)`` returns cleaned (non-negative, normalised, unbiased)
+    parameters of the LP solved for ``eps``, or None if infeasible. The answer
+    for ``epsilon (1 - _LP_SLACK)`` is usually exactly private already;
+    otherwise it is mixed with the answer for ``epsilon (1 - _REPAIR_SLACK)``
+    (same support, ratios well inside the bound) or, failing that, with
+    ``safe`` (the two outer outputs), by the smallest weight that works.
+    Returns (parameters, mixing weight), or None if the LP is infeasible.
+    """
+    params = solve(epsilon * (1.0 - _LP_SLACK))
+    if params is None:
+        return None
+    if loss_of(params) <= epsilon:
+        return params, 0.0
+    for target in (lambda: solve(epsilon * (1.0 - _REPAIR_SLACK)), lambda: safe):
+        target = target()
+        if target is not None and loss_of(target) <= epsilon:
+            return mix_to_epsilon(params, target, loss_of, epsilon)
+    raise RuntimeError("the LP answer is not epsilon-DP and could not be repaired")
+
+
 def _normalise_groups(values, groups, n_groups):
     total = np.bincount(groups, weights=values, minlength=n_groups)
     return values / total[groups]
@@ -99,7 +126,8 @@ def solve_optm(bins, lo, hi, epsilon, prior, objective):
     selection distributions ``pi_j(l, r)`` (the paper's independent draws are
     a subset), with the privacy constraint on the end rows (exact, no
     linearisation bounds to grid-search). Returns None if no member of the
-    family is epsilon-DP with these bins, else (cells, pairs, pi, rows).
+    family is epsilon-DP with these bins, else (cells, pairs, pi, rows,
+    repair weight).
     """
     cells = make_cells(bins, lo, hi)
     pairs = pair_index(cells)
@@ -107,27 +135,26 @@ def solve_optm(bins, lo, hi, epsilon, prior, objective):
     ends = end_operator(cells, pairs)
     weights = row_weights(cells, cells.bins, prior, objective)
     cost = np.concatenate([ends.T @ weights.ravel(), np.zeros(2 * m)])
-    a_ub, b_ub = _dp_constraints(n, ends, 2 * n_cells, m, epsilon * (1.0 - _LP_SLACK))
     a_eq = sp.csr_matrix(
         (np.ones(n), (pairs[0], np.arange(n))), shape=(n_cells, n + 2 * m)
     )
-    x = _linprog(cost, a_ub, b_ub, a_eq, np.ones(n_cells))
-    if x is None:
-        return None
-    pi = _normalise_groups(np.maximum(x[:n], 0.0), pairs[0], n_cells)
-    safe = extreme_selection(cells, pairs)
+
+    def solve(eps):
+        a_ub, b_ub = _dp_constraints(n, ends, 2 * n_cells, m, eps)
+        x = _linprog(cost, a_ub, b_ub, a_eq, np.ones(n_cells))
+        if x is None:
+            return None
+        # Selection probabilities: clip solver noise, renormalise per cell.
+        return _normalise_groups(np.maximum(x[:n], 0.0), pairs[0], n_cells)
 
     def loss_of(p):
         return privacy_loss((ends @ p).reshape(-1, m))
 
-    if not loss_of(safe) <= epsilon:
-        # The LP found a mechanism but the outer pair is not private enough to
-        # repair it with: only when the bins sit at the minimal margin.
-        if loss_of(pi) > epsilon:
-            raise RuntimeError("OPTM: the LP answer is not epsilon-DP and cannot be repaired")
-    else:
-        pi, _ = mix_to_epsilon(pi, safe, loss_of, epsilon)
-    return cells, pairs, pi, (ends @ pi).reshape(-1, m)
+    res = _repair(solve, extreme_selection(cells, pairs), loss_of, epsilon)
+    if res is None:
+        return None
+    pi, weight = res
+    return cells, pairs, pi, (ends @ pi).reshape(-1, m), weight
 
 
 def mvu_pieces(grid, lo, hi):
@@ -167,7 +194,6 @@ def solve_mvu(outputs, grid, lo, hi, epsilon, prior, objective):
     np.add.at(cost_matrix, np.repeat(np.arange(k - 1), 2) + np.tile([0, 1], k - 1), w)
     n = k * m
     cost = np.concatenate([cost_matrix.ravel(), np.zeros(2 * m)])
-    a_ub, b_ub = _dp_constraints(n, sp.identity(n, format="csr"), k, m, epsilon * (1.0 - _LP_SLACK))
     rows = np.repeat(np.arange(k), m)
     a_eq = sp.vstack(
         [
@@ -175,15 +201,19 @@ def solve_mvu(outputs, grid, lo, hi, epsilon, prior, objective):
             sp.csr_matrix((np.tile(outputs, k), (rows, np.arange(n))), shape=(k, n + 2 * m)),
         ]
     )
-    x = _linprog(cost, a_ub, b_ub, a_eq, np.concatenate([np.ones(k), grid]))
-    if x is None:
-        return None
-    matrix = np.maximum(x[:n], 0.0).reshape(k, m)
-    matrix /= matrix.sum(axis=1, keepdims=True)
-    matrix = _restore_means(matrix, grid, outputs)
-    safe = _two_point(grid, outputs)
-    matrix, _ = mix_to_epsilon(matrix, safe, privacy_loss, epsilon)
-    return matrix
+    b_eq = np.concatenate([np.ones(k), grid])
+
+    def solve(eps):
+        a_ub, b_ub = _dp_constraints(n, sp.identity(n, format="csr"), k, m, eps)
+        x = _linprog(cost, a_ub, b_ub, a_eq, b_eq)
+        if x is None:
+            return None
+        matrix = np.maximum(x[:n], 0.0).reshape(k, m)
+        matrix /= matrix.sum(axis=1, keepdims=True)
+        return _restore_means(matrix, grid, outputs)
+
+    res = _repair(solve, _two_point(grid, outputs), privacy_loss, epsilon)
+    return None if res is None else res[0]
 
 
 def _restore_means(matrix, grid, outputs):
@@ -246,8 +276,8 @@ def optimize_positions(objective_of, lo, hi, m, epsilon, *, free_up_to=6, max_ev
     """Bin (or output) positions minimising ``objective_of(positions)``.
 
     002 grid-searches the bins by hand (and lists automatic tuning as future
-    work); here a derivative-free search: a scan of the outer margin, then
-    Nelder-Mead over three parameters (both outer margins, spread of evenly
+    work); here a derivative-free search: a scan of the outer margin and the
+    interior spread, then Nelder-Mead (from the two best) over three parameters (both outer margins, spread of evenly
     spaced interior bins), then, for ``m <= free_up_to``, over every gap.
     ``objective_of`` returns ``inf`` for infeasible positions. A local
     search: the result is good, not certified optimal.
@@ -258,9 +288,14 @@ def optimize_positions(objective_of, lo, hi, m, epsilon, *, free_up_to=6, max_ev
         value = objective_of(_positions(theta, lo, hi, m, min_margin, free))
         return value if np.isfinite(value) else 1e300
 
-    scan = [np.array([s, s, 0.0]) for s in np.linspace(-1.0, 5.0, 7)]
-    start = min(scan, key=run)
-    theta, value = _nelder_mead(run, start, 0.7, max_evals)
+    # Scan symmetric margins and interior spreads, then refine from the best two.
+    scan = [np.array([s, s, w]) for s in np.linspace(-1.0, 5.0, 7) for w in (-1.5, -0.7, 0.0)]
+    values = [run(t) for t in scan]
+    theta, value = None, np.inf
+    for i in np.argsort(values)[:2]:
+        t, v = _nelder_mead(run, scan[i], 0.7, max_evals)
+        if v < value:
+            theta, value = t, v
     best = _positions(theta, lo, hi, m, min_margin, False)
     if m <= 3 or m > free_up_to:
         return best
