@@ -117,6 +117,32 @@ def _repair(solve, safe, loss_of, epsilon):
     raise RuntimeError("the LP answer is not epsilon-DP and could not be repaired")
 
 
+def _scale(lo, hi):
+    """Centre and half-width of the bounds: the LPs are solved on [-1, 1].
+
+    Probabilities are invariant under an affine change of the label scale,
+    and the map is monotone in floating point too (labels on a bin edge stay
+    on it), so only the conditioning changes: costs of order 1 instead of
+    ``(hi - lo)^2``, which HiGHS needs for wide bounds.
+    """
+    return (lo + hi) / 2.0, (hi - lo) / 2.0
+
+
+def _normalised_cells(cells):
+    centre, half = _scale(cells.lo, cells.hi)
+    out = Pieces((cells.left - centre) / half, (cells.right - centre) / half, -1.0, 1.0)
+    out.bins = (cells.bins - centre) / half
+    out.index = cells.index
+    return out
+
+
+def _normalised_prior(prior, lo, hi):
+    if prior is None:
+        return None
+    centre, half = _scale(lo, hi)
+    return (prior[0] - centre) / half, prior[1]
+
+
 def _normalise_groups(values, groups, n_groups):
     total = np.bincount(groups, weights=values, minlength=n_groups)
     return values / total[groups]
@@ -135,8 +161,9 @@ def solve_optm(bins, lo, hi, epsilon, prior, objective):
     cells = make_cells(bins, lo, hi)
     pairs = pair_index(cells)
     m, n_cells, n = cells.bins.size, cells.size, pairs[0].size
-    ends = end_operator(cells, pairs)
-    weights = row_weights(cells, cells.bins, prior, objective)
+    unit = _normalised_cells(cells)
+    ends = end_operator(unit, pairs)
+    weights = row_weights(unit, unit.bins, _normalised_prior(prior, lo, hi), objective)
     cost = np.concatenate([ends.T @ weights.ravel(), np.zeros(2 * m)])
     a_eq = sp.csr_matrix(
         (np.ones(n), (pairs[0], np.arange(n))), shape=(n_cells, n + 2 * m)
@@ -190,8 +217,10 @@ def solve_mvu(outputs, grid, lo, hi, epsilon, prior, objective):
     else the repaired (k, m) matrix.
     """
     k, m = grid.size, outputs.size
-    pieces = mvu_pieces(grid, lo, hi)
-    w = row_weights(pieces, outputs, prior, objective)
+    centre, half = _scale(lo, hi)
+    grid, outputs = (grid - centre) / half, (outputs - centre) / half
+    pieces = mvu_pieces(grid, -1.0, 1.0)
+    w = row_weights(pieces, outputs, _normalised_prior(prior, lo, hi), objective)
     # Row 2c is grid point c, row 2c + 1 grid point c + 1.
     cost_matrix = np.zeros((k, m))
     np.add.at(cost_matrix, np.repeat(np.arange(k - 1), 2) + np.tile([0, 1], k - 1), w)
@@ -275,12 +304,16 @@ def _nelder_mead(fun, x0, step, max_evals):
     return res.x, res.fun
 
 
-def optimize_positions(objective_of, lo, hi, m, epsilon, *, free_up_to=6, max_evals=60):
+# Nelder-Mead starts and evaluations per stage of the position search.
+_N_STARTS, _EVALS = 1, 40
+
+
+def optimize_positions(objective_of, lo, hi, m, epsilon, *, free_up_to=6):
     """Bin (or output) positions minimising ``objective_of(positions)``.
 
     002 grid-searches the bins by hand (and lists automatic tuning as future
     work); here a derivative-free search: a scan of the outer margin and the
-    interior spread, then Nelder-Mead (from the two best) over three parameters (both outer margins, spread of evenly
+    interior spread, then Nelder-Mead (from the best) over three parameters (both outer margins, spread of evenly
     spaced interior bins), then, for ``m <= free_up_to``, over every gap.
     ``objective_of`` returns ``inf`` for infeasible positions. A local
     search: the result is good, not certified optimal.
@@ -288,15 +321,18 @@ def optimize_positions(objective_of, lo, hi, m, epsilon, *, free_up_to=6, max_ev
     min_margin = minimal_margin(lo, hi, epsilon)
 
     def run(theta, free=False):
-        value = objective_of(_positions(theta, lo, hi, m, min_margin, free))
+        try:
+            value = objective_of(_positions(theta, lo, hi, m, min_margin, free))
+        except RuntimeError:  # the solver gave up on these positions: skip them
+            return 1e300
         return value if np.isfinite(value) else 1e300
 
-    # Scan symmetric margins and interior spreads, then refine from the best two.
+    # Scan symmetric margins and interior spreads, then refine from the best.
     scan = [np.array([s, s, w]) for s in np.linspace(-1.0, 5.0, 7) for w in (-1.5, -0.7, 0.0)]
     values = [run(t) for t in scan]
     theta, value = None, np.inf
-    for i in np.argsort(values)[:2]:
-        t, v = _nelder_mead(run, scan[i], 0.7, max_evals)
+    for i in np.argsort(values)[:_N_STARTS]:
+        t, v = _nelder_mead(run, scan[i], 0.7, _EVALS)
         if v < value:
             theta, value = t, v
     best = _positions(theta, lo, hi, m, min_margin, False)
@@ -304,7 +340,7 @@ def optimize_positions(objective_of, lo, hi, m, epsilon, *, free_up_to=6, max_ev
         return best
     gaps = np.diff(best)
     free0 = np.concatenate([theta[:2], np.log(gaps[1:] / gaps[0])])
-    free_theta, free_value = _nelder_mead(lambda t: run(t, True), free0, 0.5, max_evals)
+    free_theta, free_value = _nelder_mead(lambda t: run(t, True), free0, 0.5, _EVALS)
     if free_value < value:
         return _positions(free_theta, lo, hi, m, min_margin, True)
     return best
