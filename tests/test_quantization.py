@@ -304,18 +304,40 @@ def test_sampler_matches_exact_distribution(make):
     audit_sampler(mech, n_per_label=20_000)
 
 
-def test_continuous_labels_sampled_from_the_interpolated_distribution():
+def continuous_label_pvalue(mech, x, n=40_000):
+    """Chi-square p-value of ``transform`` on a label off the evaluation grid."""
     from scipy.stats import chisquare
 
-    mech = OPTM(1.0, bounds=(0, 10), bins=[-8.0, 2.0, 7.0, 19.0], objective="mae").fit([1.0])
-    x = 4.321  # inside a cell, not on the evaluation grid
-    n = 40_000
     out = mech.transform(np.full(n, x))
     counts = np.array([(out == v).sum() for v in mech.output_values_])
     assert counts.sum() == n
     expected = mech.output_distribution([x])[0] * n
-    assert chisquare(counts[expected > 0], expected[expected > 0]).pvalue > 1e-6
-    assert abs(out.mean() - x) < 6 * out.std() / math.sqrt(n)
+    assert np.all(counts[expected == 0] == 0)
+    return chisquare(counts[expected > 0], expected[expected > 0]).pvalue
+
+
+def test_continuous_labels_sampled_from_the_interpolated_distribution():
+    mech = OPTM(1.0, bounds=(0, 10), bins=[-8.0, 2.0, 7.0, 19.0], objective="mae").fit([1.0])
+    x = 4.321  # inside a cell, not on the evaluation grid
+    assert x not in mech.input_values_
+    assert continuous_label_pvalue(mech, x) > 1e-6
+
+
+def test_mutation_sampler_ignoring_the_interpolation_is_flagged(monkeypatch):
+    """A sampler that rounds labels to the nearer end of their piece (instead of
+    picking an end with the interpolation weight) is unbiased on the grid but not
+    between grid points: the continuous-label check must catch it."""
+    from skdp_label._kernels._sampling import categorical_rows
+
+    mech = OPTM(1.0, bounds=(0, 10), bins=[-8.0, 2.0, 7.0, 19.0], objective="mae").fit([1.0])
+
+    def nearest_end(y, rng):
+        pos, t = mech._pieces.locate(y)
+        row = (2 * pos + (t > 0.5)).astype(np.int64)
+        return mech.output_values_[categorical_rows(row, rng.random(y.shape[0]), mech._row_cdf)]
+
+    monkeypatch.setattr(mech, "_randomize_column", nearest_end)
+    assert continuous_label_pvalue(mech, 4.321) < 1e-6
 
 
 def test_no_random_state_and_independent_copies():

@@ -731,7 +731,8 @@ class OPTM(_BinsMixin, _QuantizationBase):
 
     def _build(self, lo, hi, prior, epsilon):
         if isinstance(self.bins, Integral):
-            bins = _optm_bins(int(self.bins), lo, hi, epsilon, _prior_key(prior), self.objective)
+            # A copy: the cached array is shared by every mechanism with these inputs.
+            bins = _optm_bins(int(self.bins), lo, hi, epsilon, _prior_key(prior), self.objective).copy()
         else:
             bins = np.asarray(self.bins, dtype=np.float64)
         res = solve_optm(bins, lo, hi, epsilon, prior, self.objective)
@@ -817,7 +818,7 @@ class MVU(_QuantizationBase):
             outputs = _mvu_outputs(
                 int(self.outputs), int(self.grid_size), lo, hi, epsilon, _prior_key(prior),
                 self.objective,
-            )
+            ).copy()
         else:
             outputs = make_cells(self.outputs, lo, hi).bins
         matrix = solve_mvu(outputs, grid, lo, hi, epsilon, prior, self.objective)
