@@ -403,3 +403,18 @@ def test_registered_and_usable_by_name():
                              mechanism_params={"bins": [-3.0, 3.0, 7.0, 13.0]})
     model.fit(X, y)
     assert model.predict(X).shape == (200,)
+
+
+def test_large_epsilon_is_exact():
+    """At epsilon = 20 the margins are ~1e-6 of the range: small probabilities must
+    not be computed as 1 minus large ones, and bins near the bounds are rounded."""
+    eps, bounds = 20.0, (0.0, 350.0)
+    two = RandomizedQuantization(eps, bounds=bounds).fit([1.0])
+    rqm = RQM(eps, bounds=bounds, bins=4).fit([1.0])
+    optm = OPTM(eps, bounds=bounds, bins=rqm.bins_).fit([1.0])
+    for mech in (two, rqm, optm):
+        assert mech.privacy_loss_ <= eps
+        x = brute_force_points(mech.output_values_, *bounds)
+        p = mech.output_distribution(x)
+        assert max_log_ratio(p) <= eps * (1 + 1e-9)
+        np.testing.assert_allclose(p @ mech.output_values_, x, atol=1e-9)

@@ -134,8 +134,14 @@ def pair_index(cells):
 
 
 def _pair_probabilities(bins, left, right, x):
-    """P(output B_l) of each pair at ``x`` (eq. 1); B_r gets the rest."""
-    return (bins[right] - x) / (bins[right] - bins[left])
+    """(P(output B_l), P(output B_r)) of each pair at ``x`` (eq. 1).
+
+    Both directly, not one as 1 minus the other: near a bound the small one
+    would lose its relative precision to cancellation, and at large epsilon
+    the privacy loss is a ratio of such small probabilities.
+    """
+    width = bins[right] - bins[left]
+    return (bins[right] - x) / width, (x - bins[left]) / width
 
 
 def end_operator(cells, pairs):
@@ -149,11 +155,11 @@ def end_operator(cells, pairs):
     rows, cols, vals = [], [], []
     col = np.arange(pos.size)
     for e, ends in enumerate((cells.left, cells.right)):
-        p_left = _pair_probabilities(cells.bins, left, right, ends[pos])
+        p_left, p_right = _pair_probabilities(cells.bins, left, right, ends[pos])
         base = (2 * pos + e) * m
         rows += [base + left, base + right]
         cols += [col, col]
-        vals += [p_left, 1.0 - p_left]
+        vals += [p_left, p_right]
     shape = (2 * cells.index.size * m, pos.size)
     return sp.csr_matrix(
         (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=shape

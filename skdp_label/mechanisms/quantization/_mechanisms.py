@@ -263,8 +263,9 @@ class RandomizedQuantization(_BinsMixin, _QuantizationBase):
 
     def _resolved_bins(self, lo, hi):
         if self.bins is None:
-            # (1 + 1e-9): the loss log(1 + (hi - lo) / margin) stays below epsilon in floats.
-            return uniform_bins(lo, hi, 2, minimal_margin(lo, hi, float(self.epsilon)) * (1 + 1e-9))
+            # (1 + 1e-6): the loss log(1 + (hi - lo) / margin) stays below epsilon even
+            # when the tiny margins of a large epsilon are rounded to the floats near hi.
+            return uniform_bins(lo, hi, 2, minimal_margin(lo, hi, float(self.epsilon)) * (1 + 1e-6))
         return make_cells(self.bins, lo, hi).bins
 
     def _selection_arrays(self, m):

@@ -203,7 +203,7 @@ def _two_point(grid, outputs):
     k, m = grid.size, outputs.size
     matrix = np.zeros((k, m))
     matrix[:, 0] = (outputs[-1] - grid) / (outputs[-1] - outputs[0])
-    matrix[:, -1] = 1.0 - matrix[:, 0]
+    matrix[:, -1] = (grid - outputs[0]) / (outputs[-1] - outputs[0])  # not 1 - [:, 0]: precision
     return matrix
 
 
@@ -263,7 +263,7 @@ def _restore_means(matrix, grid, outputs):
     fix = np.clip(fix, outputs[0], outputs[-1])
     two = np.zeros_like(matrix)
     two[:, 0] = (outputs[-1] - fix) / (outputs[-1] - outputs[0])
-    two[:, -1] = 1.0 - two[:, 0]
+    two[:, -1] = (fix - outputs[0]) / (outputs[-1] - outputs[0])
     return (1.0 - w)[:, None] * matrix + w[:, None] * two
 
 
