@@ -23,7 +23,6 @@ and the Monte-Carlo column).
 """
 
 import argparse
-import math
 import sys
 import time
 import warnings
@@ -140,8 +139,9 @@ def table_1(monte_carlo):
         for name, cls in (("RQM", RQM), ("ERM", ERM)):
             bins, value = PAPER_PARAMS[eps][name]
             loss = family_loss(cls, bins, value)
-            notes.append(f"  {name} at eps = {eps:g}: the paper's {('q' if cls is RQM else 'gamma')} = "
-                         f"{value:g} on {bins} has exact privacy loss {loss:.4f}")
+            param = "q" if cls is RQM else "gamma"
+            notes.append(f"  {name} at eps = {eps:g}: the paper's {param} = {value:g} on {bins} "
+                         f"has exact privacy loss {loss:.4f}")
     return rows, notes
 
 

@@ -165,7 +165,8 @@ def test_paper_bounds_are_upper_bounds_for_wide_margins():
         margin = float(rng.uniform(0.5, 5.0))  # c = 1
         bins = uniform_bins(LO, HI, m, margin)
         gamma, q = float(rng.uniform(0, 20)), float(rng.uniform(0, 0.99))
-        assert product_loss(bins, *erm_selection(bins, gamma)) <= ERM.paper_bound(bins, (LO, HI), gamma)
+        erm_bound = ERM.paper_bound(bins, (LO, HI), gamma)
+        assert product_loss(bins, *erm_selection(bins, gamma)) <= erm_bound
         assert product_loss(bins, *rqm_selection(bins, q)) <= RQM.paper_bound(bins, (LO, HI), q)
 
 
@@ -262,7 +263,8 @@ def test_optimised_bins_follow_the_prior():
     fitted = OPTM(1.0, bounds=(LO, HI), bins=4, prior=prior, objective="mae").fit([0.0])
     # The bins optimised for the uniform prior, evaluated under this prior:
     uniform_bins_ = OPTM(1.0, bounds=(LO, HI), bins=4, objective="mae").fit([0.0]).bins_
-    reference = OPTM(1.0, bounds=(LO, HI), bins=uniform_bins_, prior=prior, objective="mae").fit([0.0])
+    reference = OPTM(1.0, bounds=(LO, HI), bins=uniform_bins_, prior=prior, objective="mae")
+    reference.fit([0.0])
     assert fitted.expected_error_ < reference.expected_error_
 
 

@@ -37,7 +37,9 @@ def _check_prior(prior, lo, hi):
     try:
         values, probs = prior
     except (TypeError, ValueError):
-        raise ValueError("prior must be None (uniform) or a pair (values, probabilities).") from None
+        raise ValueError(
+            "prior must be None (uniform) or a pair (values, probabilities)."
+        ) from None
     values = np.asarray(values, dtype=np.float64).ravel()
     probs = np.asarray(probs, dtype=np.float64).ravel()
     if values.shape != probs.shape or values.size == 0:
@@ -110,7 +112,8 @@ class _QuantizationBase(BaseDiscreteMechanism):
             (row_weights(pieces, outputs, prior, self.objective) * rows).sum()
         )
         # Public evaluation grid for audits: every piece end and midpoint.
-        grid = np.unique(np.concatenate([pieces.left, pieces.right, (pieces.left + pieces.right) / 2]))
+        mids = (pieces.left + pieces.right) / 2
+        grid = np.unique(np.concatenate([pieces.left, pieces.right, mids]))
         self.input_values_ = grid
         self.transition_matrix_ = distribution_at(pieces, rows, grid)
 
@@ -733,7 +736,9 @@ class OPTM(_BinsMixin, _QuantizationBase):
     def _build(self, lo, hi, prior, epsilon):
         if isinstance(self.bins, Integral):
             # A copy: the cached array is shared by every mechanism with these inputs.
-            bins = _optm_bins(int(self.bins), lo, hi, epsilon, _prior_key(prior), self.objective).copy()
+            bins = _optm_bins(
+                int(self.bins), lo, hi, epsilon, _prior_key(prior), self.objective
+            ).copy()
         else:
             bins = np.asarray(self.bins, dtype=np.float64)
         res = solve_optm(bins, lo, hi, epsilon, prior, self.objective)
@@ -827,7 +832,8 @@ class MVU(_QuantizationBase):
             raise ValueError(
                 f"MVU: no unbiased epsilon = {epsilon:g}-DP matrix onto these outputs; move the "
                 "outer outputs further beyond the bounds (from (hi - lo) / (e^eps - 1) = "
-                f"{minimal_margin(lo, hi, epsilon):.6g} on, the two outer outputs alone are private)."
+                f"{minimal_margin(lo, hi, epsilon):.6g} on, the two outer outputs alone are "
+                "private)."
             )
         self.probability_matrix_ = matrix
         return mvu_pieces(grid, lo, hi), mvu_rows(matrix), outputs

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import linprog, minimize, minimize_scalar
+from scipy.optimize import linprog, minimize
 
 from ._core import (
     Pieces,
@@ -24,7 +24,6 @@ from ._core import (
     pair_index,
     privacy_loss,
     row_weights,
-    uniform_bins,
 )
 
 __all__ = ["solve_optm", "solve_mvu", "optimize_positions", "mix_to_epsilon"]
@@ -273,9 +272,10 @@ def _positions(theta, lo, hi, m, min_margin, free):
 
     ``theta[0], theta[1]``: log of the outer margins in units of the minimal
     one (minus 1), so every ``theta`` gives outer bins that are strictly
-    private; margins are capped at ``max(8 (hi - lo), 4 x minimal)``. ``free``: the ``m - 2`` interior gaps are softmax weights
-    (``theta[2:]``, the first fixed at 0); otherwise ``theta[2]`` spreads
-    evenly spaced interior positions from the centre (1: on the bounds).
+    private; margins are capped at ``max(8 (hi - lo), 4 x minimal)``.
+    ``free``: the ``m - 1`` gaps are softmax weights (``theta[2:]``, the
+    first fixed at 0); otherwise ``exp(theta[2])`` spreads evenly spaced
+    interior positions from the centre (1: the outer ones on the bounds).
     """
     # Margins are capped: far outer bins with tiny probabilities can shave a
     # little absolute error but make the outputs heavy-tailed.
@@ -313,8 +313,9 @@ def optimize_positions(objective_of, lo, hi, m, epsilon, *, free_up_to=6):
 
     002 grid-searches the bins by hand (and lists automatic tuning as future
     work); here a derivative-free search: a scan of the outer margin and the
-    interior spread, then Nelder-Mead (from the best) over three parameters (both outer margins, spread of evenly
-    spaced interior bins), then, for ``m <= free_up_to``, over every gap.
+    interior spread, then Nelder-Mead from the best point over three
+    parameters (both outer margins, spread of evenly spaced interior bins),
+    then, for ``m <= free_up_to``, over every gap.
     ``objective_of`` returns ``inf`` for infeasible positions. A local
     search: the result is good, not certified optimal.
     """
@@ -344,8 +345,3 @@ def optimize_positions(objective_of, lo, hi, m, epsilon, *, free_up_to=6):
     if free_value < value:
         return _positions(free_theta, lo, hi, m, min_margin, True)
     return best
-
-
-def default_uniform_bins(lo, hi, m, epsilon):
-    """Evenly spaced bins whose outer ones sit twice the minimal margin out."""
-    return uniform_bins(lo, hi, m, 2.0 * minimal_margin(lo, hi, epsilon))
