@@ -18,6 +18,7 @@ from .classic import (
     RandomizedResponse,
     Staircase,
 )
+from .quantization import ERM, MVU, OPTM, RQM, RandomizedQuantization
 from .unbiased import DebiasedRR, OptimalUnbiased
 
 __all__ = [
@@ -33,6 +34,11 @@ __all__ = [
     "RROnBins",
     "OptimalUnbiased",
     "DebiasedRR",
+    "RandomizedQuantization",
+    "RQM",
+    "ERM",
+    "OPTM",
+    "MVU",
     "BaseLabelMechanism",
     "BaseDiscreteMechanism",
     "BasePriorMechanism",
