@@ -18,6 +18,7 @@ from .classic import (
     RandomizedResponse,
     Staircase,
 )
+from .rp_with_prior import RPWithPrior, RRWithPriorRegression
 from .unbiased import DebiasedRR, OptimalUnbiased
 
 __all__ = [
@@ -33,6 +34,8 @@ __all__ = [
     "RROnBins",
     "OptimalUnbiased",
     "DebiasedRR",
+    "RPWithPrior",
+    "RRWithPriorRegression",
     "BaseLabelMechanism",
     "BaseDiscreteMechanism",
     "BasePriorMechanism",
