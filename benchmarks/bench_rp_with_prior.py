@@ -107,7 +107,7 @@ def run(name, repeats, epsilons, seed=0):
 
 
 def format_table(title, results, epsilons, baseline=None):
-    head = f"| mechanism | " + " | ".join(f"eps={e:g}" for e in epsilons) + " |"
+    head = "| mechanism | " + " | ".join(f"eps={e:g}" for e in epsilons) + " |"
     lines = [f"**{title}**", "", head, "|" + " --- |" * (len(epsilons) + 1)]
     for mech_name, label in MECHANISMS:
         r = results[mech_name]
@@ -118,7 +118,11 @@ def format_table(title, results, epsilons, baseline=None):
             cells.append(f"**{cell}**" if r[:, j].mean() == best[j] else cell)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     if baseline is not None:
-        lines.append("| non-private | " + " | ".join(f"{baseline[0]:.4g} ± {baseline[1]:.2g}" for _ in epsilons) + " |")
+        lines.append(
+            "| non-private | "
+            + " | ".join(f"{baseline[0]:.4g} ± {baseline[1]:.2g}" for _ in epsilons)
+            + " |"
+        )
     return "\n".join(lines)
 
 

@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from skdp_label.mechanisms import (  # noqa: E402
     OptimalUnbiased,
-    RROnBins,
     RPWithPrior,
+    RROnBins,
     RRWithPriorRegression,
 )
 
@@ -85,9 +85,12 @@ def main(path=None):
     axes[0].legend(fontsize=8)
     m = fitted["RPWithPrior"]
     axes[0].text(
-        0.98, 0.6,
+        0.98,
+        0.6,
         f"[A1, A2] = [{m.interval_[0]:g}, {m.interval_[1]:g}]\nzeta = {m.zeta_:g}",
-        transform=axes[0].transAxes, ha="right", fontsize=8,
+        transform=axes[0].transAxes,
+        ha="right",
+        fontsize=8,
     )
     epsilons = np.array([0.25, 0.5, 1.0, 2.0, 4.0, 8.0])
     losses = {name: [] for name in fitted}

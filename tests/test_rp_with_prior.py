@@ -14,7 +14,6 @@ import types
 
 import numpy as np
 import pytest
-
 from _audit import (
     assert_exactly_private,
     assert_no_random_state,
@@ -25,18 +24,18 @@ from _audit import (
     chi_square_pvalue,
     max_log_ratio,
 )
+
 from skdp_label import BudgetAccountant
 from skdp_label.estimators import LabelDPRegressor
 from skdp_label.mechanisms import (
-    RROnBins,
     RPWithPrior,
+    RROnBins,
     RRWithPrior,
     RRWithPriorRegression,
     make_mechanism,
     mechanism_names,
 )
 from skdp_label.mechanisms._prior import nearest_domain_index
-from skdp_label.mechanisms.bins._solver import expected_loss
 from skdp_label.mechanisms.rp_with_prior._interval import (
     algorithm1,
     auto_window,
@@ -71,7 +70,9 @@ def test_algorithm1_and_fast_solver_equal_brute_force():
         eps = float(rng.choice(EPSILONS))
         a1, a2, _ = optimal_interval(nodes, probs, zeta, eps)
         fast = float(window_probability(nodes, probs, a1, a2, zeta, eps))
-        paper = float(window_probability(nodes, probs, *algorithm1(nodes, probs, zeta, eps), zeta, eps))
+        paper = float(
+            window_probability(nodes, probs, *algorithm1(nodes, probs, zeta, eps), zeta, eps)
+        )
         # Every (A1, A2) of a fine grid reaching past the support, nodes included.
         grid = np.unique(np.concatenate([nodes, np.linspace(nodes[0] - 1, nodes[-1] + 1, 241)]))
         brute = window_probability(nodes, probs, *np.meshgrid(grid, grid, indexing="ij"), zeta, eps)
@@ -99,7 +100,9 @@ def test_critical_points_never_beat_the_corners():
                 e1 = (2 * zeta * alpha[j] - c * h) / (c * (alpha[j] - alpha[i]))
                 e2 = (2 * zeta * alpha[i] - c * h) / (c * (alpha[j] - alpha[i]))
                 ends1, ends2 = nodes[[i, i + 1]], nodes[[j, j + 1]]
-                best = window_probability(nodes, probs, ends1[:, None], ends2[None, :], zeta, eps).max()
+                best = window_probability(
+                    nodes, probs, ends1[:, None], ends2[None, :], zeta, eps
+                ).max()
                 candidates = []
                 if ends1[0] < e1 < ends1[1]:
                     candidates += [(e1, ends2[0]), (e1, ends2[1])]
@@ -107,7 +110,9 @@ def test_critical_points_never_beat_the_corners():
                     candidates += [(ends1[0], e2), (ends1[1], e2)]
                 inside += bool(candidates)
                 for a1, a2 in candidates:
-                    assert float(window_probability(nodes, probs, a1, a2, zeta, eps)) <= best * (1 + 1e-12)
+                    assert float(window_probability(nodes, probs, a1, a2, zeta, eps)) <= best * (
+                        1 + 1e-12
+                    )
     assert inside >= 100  # the check was exercised
 
 
@@ -166,7 +171,9 @@ def test_grid_mechanism_is_exactly_private_in_every_case(eps, zeta):
     for r in rows:
         in_window = np.abs(outputs - mech.input_values_[r]) <= mech.zeta_ + g / 4
         assert in_window.sum() == 2 * w + 1
-        np.testing.assert_allclose(matrix[r], np.where(in_window, 1, math.exp(-eps)) / gamma, rtol=1e-12)
+        np.testing.assert_allclose(
+            matrix[r], np.where(in_window, 1, math.exp(-eps)) / gamma, rtol=1e-12
+        )
     # Any two labels, whatever their case: ratio at most e^eps.
     block = matrix[rows]
     ratio = block[:, None, :] / block[None, :, :]
@@ -174,7 +181,9 @@ def test_grid_mechanism_is_exactly_private_in_every_case(eps, zeta):
 
 
 def test_labels_outside_the_interval_are_sampled_from_the_end_rows():
-    mech = RPWithPrior(1.0, prior=small_prior(), zeta=0.5, granularity=0.25, bounds=(0, 4)).fit([0.0])
+    mech = RPWithPrior(1.0, prior=small_prior(), zeta=0.5, granularity=0.25, bounds=(0, 4)).fit(
+        [0.0]
+    )
     a1, a2 = mech.interval_
     assert a2 < 4  # the interval leaves part of the bounds out
     outputs, matrix = mech.output_values_, mech.transition_matrix_
@@ -207,10 +216,13 @@ def test_outputs_are_exact_grid_floats_and_large_grids_have_no_matrix():
     g = mech.granularity_
     assert (350 / g) >= 1024 and math.frexp(g)[0] == 0.5
     np.testing.assert_array_equal(out / g, np.rint(out / g))
-    assert out.min() >= mech.interval_[0] - mech.zeta_ - g and out.max() <= mech.interval_[1] + mech.zeta_ + g
+    assert (
+        out.min() >= mech.interval_[0] - mech.zeta_ - g
+        and out.max() <= mech.interval_[1] + mech.zeta_ + g
+    )
     fine = RPWithPrior(1.0, prior=small_prior(), zeta=1.0, granularity=2.0**-10).fit([0.0])
     with pytest.raises(AttributeError, match="coarse grids"):
-        fine.transition_matrix_
+        _ = fine.transition_matrix_
     assert fine.transform([1.0, 2.0]).shape == (2,)
 
 
@@ -220,11 +232,15 @@ def test_closed_form_loss_equals_the_matrix():
     values = np.sort(rng.uniform(0, 4, 7))  # off the grid: rounding counts
     probs = rng.dirichlet(np.ones(7))
     for loss in ["squared", "absolute"]:
-        mech = RPWithPrior(1.5, prior=(values, probs), zeta=0.5, granularity=0.125, loss=loss).fit([1.0])
+        mech = RPWithPrior(1.5, prior=(values, probs), zeta=0.5, granularity=0.125, loss=loss).fit(
+            [1.0]
+        )
         rows = mech._encode_labels(values)
         f = (lambda d: d**2) if loss == "squared" else np.abs
         by_matrix = np.sum(
-            probs[:, None] * mech.transition_matrix_[rows] * f(mech.output_values_[None, :] - values[:, None])
+            probs[:, None]
+            * mech.transition_matrix_[rows]
+            * f(mech.output_values_[None, :] - values[:, None])
         )
         assert mech.noisy_label_loss_ == pytest.approx(by_matrix, rel=1e-10)
 
@@ -235,9 +251,9 @@ def test_auto_zeta_is_the_exhaustive_minimiser(loss):
     nodes = step_prior_nodes(values, 0.0, 4.0)
     g = 0.125
     for eps in [0.5, 2.0, 6.0]:
-        w, interval, best = auto_window(nodes, values, probs, eps, g, loss)
+        w, _interval, best = auto_window(nodes, values, probs, eps, g, loss)
         losses = []
-        for v in range(0, int(4 / g) + 1):  # every half-window up to the span
+        for v in range(int(4 / g) + 1):  # every half-window up to the span
             a1, a2, _ = optimal_interval(nodes, probs, (v + 0.5) * g, eps)
             u1, u2, _ = grid_interval(a1, a2, 0.0, g)
             losses.append(grid_expected_loss(values, probs, u1, u2, v, eps, g, loss))
@@ -286,7 +302,8 @@ def bin_labels(rng):
 def test_private_prior_is_a_fresh_noisy_histogram():
     y = bin_labels(np.random.default_rng(6))
     audit_prior_is_noisy(
-        lambda: _PriorView(lambda: RPWithPrior(2.0, bounds=(0, 10), n_bins=10, prior_epsilon=0.5)), y
+        lambda: _PriorView(lambda: RPWithPrior(2.0, bounds=(0, 10), n_bins=10, prior_epsilon=0.5)),
+        y,
     )
     audit_prior_is_noisy(
         lambda: RRWithPriorRegression(2.0, bounds=(0, 10), resolution=1.0, prior_epsilon=0.5), y
@@ -321,7 +338,8 @@ def test_two_step_accounting():
     for prior_epsilon in ["auto", 0.3]:
         audit_two_step_accounting(rp_small(prior_epsilon=prior_epsilon), y)
         audit_two_step_accounting(
-            RRWithPriorRegression(2.0, bounds=(0, 4), resolution=0.5, prior_epsilon=prior_epsilon), y
+            RRWithPriorRegression(2.0, bounds=(0, 4), resolution=0.5, prior_epsilon=prior_epsilon),
+            y,
         )
     mech = rp_small()
     mech.fit(y)
@@ -353,7 +371,9 @@ def test_messages_quote_no_label():
         lambda: RPWithPrior(1.0, bounds=(0, 4), granularity=0.3).fit(labels), labels, public=[0, 4]
     )
     mech = RPWithPrior(1.0, bounds=(0, 4)).fit(labels)
-    audit_messages_have_no_labels(lambda: mech.transform([[1.2345, 2.71828]]), labels, public=[0, 4])
+    audit_messages_have_no_labels(
+        lambda: mech.transform([[1.2345, 2.71828]]), labels, public=[0, 4]
+    )
 
 
 def test_no_random_state_and_independent_copies():
@@ -429,7 +449,7 @@ def test_release_loss_of_neighbouring_datasets():
     y2[2] = 3.75
     prior = (np.arange(0.5, 4.0, 1.0), np.array([0.3, 0.4, 0.2, 0.1]))
     for cls, broken in [(RPWithPrior, False), (DataRangeRP, True)]:
-        kw = dict(prior=prior, zeta=0.5, granularity=0.25)
+        kw = {"prior": prior, "zeta": 0.5, "granularity": 0.25}
         loss = release_privacy_loss(cls(1.0, **kw).fit(y), cls(1.0, **kw).fit(y2), y, y2)
         if broken:
             assert loss > 1.0 + 1e-6, "the audit missed a label range taken from the data"
@@ -440,13 +460,17 @@ def test_release_loss_of_neighbouring_datasets():
 def test_mutant_raw_prior_fails_the_prior_audit():
     y = bin_labels(np.random.default_rng(8))
     with pytest.raises(AssertionError, match="not a fresh noisy histogram"):
-        audit_prior_is_noisy(lambda: _PriorView(lambda: RawPriorRP(2.0, bounds=(0, 10), n_bins=10)), y)
+        audit_prior_is_noisy(
+            lambda: _PriorView(lambda: RawPriorRP(2.0, bounds=(0, 10), n_bins=10)), y
+        )
 
 
 def test_mutant_full_budget_twice_fails_the_accounting_audit():
     y = np.random.default_rng(9).uniform(0, 4, 500)
     with pytest.raises(AssertionError, match="randomized at loss"):
-        audit_two_step_accounting(FullBudgetTwiceRP(2.0, bounds=(0, 4), n_bins=8, granularity=0.25), y)
+        audit_two_step_accounting(
+            FullBudgetTwiceRP(2.0, bounds=(0, 4), n_bins=8, granularity=0.25), y
+        )
 
 
 # -- RRWithPrior for regression ------------------------------------------------------------
@@ -459,7 +483,9 @@ def test_rr_with_prior_regression_is_the_classification_mechanism(eps):
     clf = RRWithPrior(eps, classes=values, prior=probs).fit([0.0])
     assert mech.k_ == clf.k_
     np.testing.assert_array_equal(mech.output_values_, clf.top_k_)
-    np.testing.assert_array_equal(mech.transition_matrix_, clf.transition_matrix_[:, np.isin(values, clf.top_k_)])
+    np.testing.assert_array_equal(
+        mech.transition_matrix_, clf.transition_matrix_[:, np.isin(values, clf.top_k_)]
+    )
     assert_exactly_private(mech.transition_matrix_, eps)
 
 
@@ -486,7 +512,9 @@ def test_usable_by_name_in_label_dp_regressor(name):
     ).fit(X, y)
     assert model.predict(X).shape == (400,)
     assert sum(e.epsilon for e in acc.ledger) == pytest.approx(2.0)
-    assert isinstance(make_mechanism(name, epsilon=1.0, bounds=(0, 4)), (RPWithPrior, RRWithPriorRegression))
+    assert isinstance(
+        make_mechanism(name, epsilon=1.0, bounds=(0, 4)), (RPWithPrior, RRWithPriorRegression)
+    )
 
 
 class ContinuousRP(RPWithPrior):
@@ -506,4 +534,7 @@ class ContinuousRP(RPWithPrior):
 
 def test_mutant_continuous_outputs_fail_the_sampler_audit():
     with pytest.raises(AssertionError, match="outside the row's support"):
-        audit_sampler(ContinuousRP(1.0, prior=small_prior(), zeta=0.5, granularity=0.25).fit([0.0]), n_per_label=200)
+        audit_sampler(
+            ContinuousRP(1.0, prior=small_prior(), zeta=0.5, granularity=0.25).fit([0.0]),
+            n_per_label=200,
+        )

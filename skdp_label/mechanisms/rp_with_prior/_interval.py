@@ -49,17 +49,17 @@ import math
 import numpy as np
 
 __all__ = [
-    "step_prior_nodes",
-    "window_probability",
-    "optimal_interval",
     "algorithm1",
+    "auto_granularity",
+    "auto_window",
+    "exact_bernoulli",
+    "grid_expected_loss",
     "grid_interval",
     "grid_matrix",
-    "grid_expected_loss",
-    "auto_window",
+    "optimal_interval",
     "sample_grid",
-    "exact_bernoulli",
-    "auto_granularity",
+    "step_prior_nodes",
+    "window_probability",
 ]
 
 
@@ -309,7 +309,7 @@ def auto_window(nodes, values, probs, epsilon, granularity, loss="squared", n_co
     loss : float
     """
     g = float(granularity)
-    w_max = max(1, int(math.ceil((nodes[-1] - nodes[0]) / g)))
+    w_max = max(1, math.ceil((nodes[-1] - nodes[0]) / g))
 
     def evaluate(w):
         a1, a2, _ = optimal_interval(nodes, probs, (w + 0.5) * g, epsilon)

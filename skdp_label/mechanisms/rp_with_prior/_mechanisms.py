@@ -301,7 +301,9 @@ class RPWithPrior(BasePriorMechanism):
 
     def _encode_labels(self, y):
         # Row index: clip to the interval (eq. 3.6), round to the grid.
-        units = np.clip(np.rint(np.asarray(y, dtype=np.float64) / self.granularity_), self._u1, self._u2)
+        units = np.clip(
+            np.rint(np.asarray(y, dtype=np.float64) / self.granularity_), self._u1, self._u2
+        )
         return units.astype(np.int64) - self._u1
 
     def _randomize_column(self, y, rng):
@@ -407,5 +409,9 @@ class RRWithPriorRegression(BasePriorMechanism):
         self.output_values_ = prior_values[in_top]
         self.k_ = k
         self.noisy_label_loss_ = expected_loss(
-            prior_values, prior_probabilities, self.output_values_, self.transition_matrix_, "squared"
+            prior_values,
+            prior_probabilities,
+            self.output_values_,
+            self.transition_matrix_,
+            "squared",
         )
