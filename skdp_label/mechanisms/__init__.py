@@ -19,6 +19,7 @@ from .classic import (
     Staircase,
 )
 from .quantization import ERM, MVU, OPTM, RQM, RandomizedQuantization
+from .rp_with_prior import RPWithPrior, RRWithPriorRegression
 from .unbiased import DebiasedRR, OptimalUnbiased
 
 __all__ = [
@@ -39,6 +40,8 @@ __all__ = [
     "ERM",
     "OPTM",
     "MVU",
+    "RPWithPrior",
+    "RRWithPriorRegression",
     "BaseLabelMechanism",
     "BaseDiscreteMechanism",
     "BasePriorMechanism",
