@@ -336,7 +336,7 @@ def test_mutation_sampler_ignoring_the_interpolation_is_flagged(monkeypatch):
     def nearest_end(y, rng):
         pos, t = mech._pieces.locate(y)
         row = (2 * pos + (t > 0.5)).astype(np.int64)
-        return mech.output_values_[categorical_rows(row, rng.random(y.shape[0]), mech._row_cdf)]
+        return mech.output_values_[categorical_rows(row, rng, *mech._row_tables)]
 
     monkeypatch.setattr(mech, "_randomize_column", nearest_end)
     assert continuous_label_pvalue(mech, 4.321) < 1e-6

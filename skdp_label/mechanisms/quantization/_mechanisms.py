@@ -7,7 +7,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..._kernels._sampling import categorical_rows
+from ..._kernels._sampling import categorical_rows, exponent_groups
 from .._base import BaseDiscreteMechanism
 from .._registry import register_mechanism
 from .._validation import check_bounds, check_labels_in_bounds
@@ -105,9 +105,7 @@ class _QuantizationBase(BaseDiscreteMechanism):
         self.output_values_ = outputs
         self._pieces = pieces
         self._rows = rows
-        cdf = np.cumsum(rows, axis=1)
-        cdf[:, -1] = 1.0
-        self._row_cdf = cdf
+        self._row_tables = exponent_groups(rows)  # exact-tail sampler tables
         self.expected_error_ = float(
             (row_weights(pieces, outputs, prior, self.objective) * rows).sum()
         )
@@ -139,7 +137,7 @@ class _QuantizationBase(BaseDiscreteMechanism):
         # The distribution inside a piece is (1 - t) row_a + t row_b: pick the
         # end with one uniform, then sample its row with another.
         row = 2 * pos + (rng.random(y.shape[0]) < t)
-        codes = categorical_rows(row.astype(np.int64), rng.random(y.shape[0]), self._row_cdf)
+        codes = categorical_rows(row.astype(np.int64), rng, *self._row_tables)
         return self.output_values_[codes]
 
 
