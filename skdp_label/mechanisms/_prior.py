@@ -167,9 +167,9 @@ class BasePriorMechanism(BaseDiscreteMechanism):
     def _encode_labels(self, y):
         return nearest_domain_index(self.input_values_, y)
 
-    def _histogram_codes(self, y, rng):
-        """Domain index of each label for the noisy histogram."""
-        return self._encode_labels(y)
+    def _histogram_codes(self, y, rng, values):
+        """Index in the domain ``values`` of each label, for the noisy histogram."""
+        return nearest_domain_index(values, y)
 
     def _total_cost(self):
         return float(self.epsilon), 0.0
@@ -177,24 +177,28 @@ class BasePriorMechanism(BaseDiscreteMechanism):
     def _release_cost(self):
         return float(self.epsilon) - self.prior_epsilon_, 0.0
 
-    def _fit_mechanism(self, y):
+    def _fit_prior(self, y):
+        """(domain values, prior probabilities, epsilon left for the labels).
+
+        A public prior is free; otherwise epsilon_1 is charged, then the noisy
+        histogram is drawn from a generator of its own.
+        """
         values, public_probs = self._domain()
-        self.input_values_ = values
         if public_probs is not None:
             self.prior_epsilon_ = 0.0
-            self.prior_ = public_probs
-            eps_labels = float(self.epsilon)
-        else:
-            eps1, eps_labels = split_epsilon(
-                float(self.epsilon), self.prior_epsilon, y.shape[0], values.size
-            )
-            self.prior_epsilon_ = eps1
-            n_columns = y.shape[1]
-            # Every column's histogram is a release of that column's labels.
-            self._charge(eps1 * n_columns, 0.0, n_labels=y.shape[0], step="noisy label histogram")
-            rng = self._release_generator("noisy label histogram", y.shape[0])
-            codes = self._histogram_codes(y.ravel(), rng)
-            # Pooled over columns: one row changes at most n_columns labels, each
-            # costing eps1, which is what was charged above.
-            self.prior_ = noisy_histogram(codes, values.size, eps1, rng)
+            return values, public_probs, float(self.epsilon)
+        eps1, eps_labels = split_epsilon(float(self.epsilon), self.prior_epsilon, y.shape[0], values.size)
+        self.prior_epsilon_ = eps1
+        n_columns = y.shape[1]
+        # Every column's histogram is a release of that column's labels.
+        self._charge(eps1 * n_columns, 0.0, n_labels=y.shape[0], step="noisy label histogram")
+        rng = self._release_generator("noisy label histogram", y.shape[0])
+        codes = self._histogram_codes(y.ravel(), rng, values)
+        # Pooled over columns: one row changes at most n_columns labels, each
+        # costing eps1, which is what was charged above.
+        return values, noisy_histogram(codes, values.size, eps1, rng), eps_labels
+
+    def _fit_mechanism(self, y):
+        values, self.prior_, eps_labels = self._fit_prior(y)
+        self.input_values_ = values
         self._build_mechanism(values, self.prior_, eps_labels)

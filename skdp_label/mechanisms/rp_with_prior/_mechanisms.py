@@ -6,7 +6,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .._prior import BasePriorMechanism, nearest_domain_index, noisy_histogram, split_epsilon
+from .._prior import BasePriorMechanism
 from .._registry import register_mechanism
 from .._validation import check_bounds
 from ..bins._solver import expected_loss
@@ -230,25 +230,10 @@ class RPWithPrior(BasePriorMechanism):
 
     # -- fit -------------------------------------------------------------------
     def _fit_mechanism(self, y):
-        # BasePriorMechanism._fit_mechanism builds a dense CDF of the
-        # transition matrix, which a fine grid cannot afford: the same prior
-        # step (public, or charged before the noisy histogram is drawn) here.
-        values, public_probs = self._domain()
-        if public_probs is not None:
-            self.prior_epsilon_ = 0.0
-            self.prior_ = public_probs
-            eps_labels = float(self.epsilon)
-        else:
-            eps1, eps_labels = split_epsilon(
-                float(self.epsilon), self.prior_epsilon, y.shape[0], values.size
-            )
-            self.prior_epsilon_ = eps1
-            self._charge(eps1 * y.shape[1], 0.0, n_labels=y.shape[0], step="noisy label histogram")
-            rng = self._release_generator("noisy label histogram", y.shape[0])
-            codes = nearest_domain_index(values, y.ravel())
-            self.prior_ = noisy_histogram(codes, values.size, eps1, rng)
-        self.prior_values_ = values
-        self._build_mechanism(values, self.prior_, eps_labels)
+        # The rows of this mechanism are its output grid (built on access), not
+        # the prior's bins: keep the bins apart.
+        self.prior_values_, self.prior_, eps_labels = self._fit_prior(y)
+        self._build_mechanism(self.prior_values_, self.prior_, eps_labels)
 
     def _build_mechanism(self, prior_values, prior_probabilities, epsilon):
         nodes = self._nodes(prior_values)

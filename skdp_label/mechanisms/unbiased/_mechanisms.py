@@ -65,8 +65,8 @@ class _UnbiasedRoundingMixin:
         # the release's generator: E[grid value] = y for y inside the grid.
         return randomized_rounding_indices(self.input_values_, y, rng.random(y.shape[0]))
 
-    def _histogram_codes(self, y, rng):
-        return self._round_labels(y, rng)
+    def _histogram_codes(self, y, rng, values):
+        return randomized_rounding_indices(values, y, rng.random(y.shape[0]))
 
     def _randomize_column(self, y, rng):
         return self.output_values_[self._sample_codes(self._round_labels(y, rng), rng)]
