@@ -80,8 +80,10 @@ class RROnBins(BasePriorMechanism):
         Thm. 7), at most half of ``epsilon``.
     accountant : BudgetAccountant, optional
         Charged with the histogram and with every release.
-    random_state : None, int or numpy Generator
-        ``None`` seeds from OS entropy.
+    random_state : None or int, default=None
+        ``None``: fresh OS entropy for every release, nothing kept. An int
+        makes releases reproducible and emits ``PrivacyLeakWarning``
+        (docs/randomness.md). Generators are refused.
 
     Attributes
     ----------

@@ -59,8 +59,10 @@ _PARAMETERS_DOC = """
         Clip outputs into the bounds (post-processing, 000 App. F).
 {extra}    accountant : BudgetAccountant, optional
         Charged with every release.
-    random_state : None, int or numpy Generator
-        ``None`` seeds from OS entropy.
+    random_state : None or int, default=None
+        ``None``: fresh OS entropy for every release, nothing kept. An int
+        makes releases reproducible and emits ``PrivacyLeakWarning``
+        (docs/randomness.md). Generators are refused.
 """
 
 _CONTINUOUS_ATTRIBUTES_DOC = """

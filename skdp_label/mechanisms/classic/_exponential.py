@@ -58,7 +58,10 @@ class ExponentialMechanism(BaseDiscreteMechanism):
     calibration : {'exact', 'standard'}, default='exact'
         How beta is chosen from epsilon.
     accountant : BudgetAccountant, optional
-    random_state : None, int or numpy Generator
+    random_state : None or int, default=None
+        ``None``: fresh OS entropy for every release, nothing kept. An int
+        makes releases reproducible and emits ``PrivacyLeakWarning``
+        (docs/randomness.md). Generators are refused.
 
     Attributes
     ----------

@@ -44,8 +44,10 @@ class RandomizedResponse(BaseDiscreteMechanism):
         Required: it is never read off the labels.
     accountant : BudgetAccountant, optional
         Charged with every release.
-    random_state : None, int or numpy Generator
-        ``None`` seeds from OS entropy.
+    random_state : None or int, default=None
+        ``None``: fresh OS entropy for every release, nothing kept. An int
+        makes releases reproducible and emits ``PrivacyLeakWarning``
+        (docs/randomness.md). Generators are refused.
 
     Attributes
     ----------

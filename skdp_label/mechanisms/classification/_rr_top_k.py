@@ -30,8 +30,10 @@ _COMMON_PARAMETERS = """
         being randomized unless its cost is accounted separately.
     accountant : BudgetAccountant, optional
         Charged with every release.
-    random_state : None, int or numpy Generator
-        ``None`` seeds from OS entropy.
+    random_state : None or int, default=None
+        ``None``: fresh OS entropy for every release, nothing kept. An int
+        makes releases reproducible and emits ``PrivacyLeakWarning``
+        (docs/randomness.md). Generators are refused.
 
     Attributes
     ----------

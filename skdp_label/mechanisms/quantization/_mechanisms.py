@@ -152,7 +152,10 @@ _COMMON_DOC = """    bounds : tuple (lo, hi)
         for training with squared loss) or absolute error (002's measure).
     accountant : BudgetAccountant, optional
         Charged with every release.
-    random_state : None or int
+    random_state : None or int, default=None
+        ``None``: fresh OS entropy for every release, nothing kept. An int
+        makes releases reproducible and emits ``PrivacyLeakWarning``
+        (docs/randomness.md). Generators are refused.
         ``None`` draws fresh OS entropy for every release.
 """
 

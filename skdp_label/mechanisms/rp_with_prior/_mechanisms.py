@@ -98,8 +98,10 @@ class RPWithPrior(BasePriorMechanism):
         prior's range (``bounds``).
     accountant : BudgetAccountant, optional
         Charged with the histogram and with every release.
-    random_state : None or int
-        ``None`` seeds from OS entropy.
+    random_state : None or int, default=None
+        ``None``: fresh OS entropy for every release, nothing kept. An int
+        makes releases reproducible and emits ``PrivacyLeakWarning``
+        (docs/randomness.md). Generators are refused.
 
     Attributes
     ----------
@@ -332,8 +334,10 @@ class RRWithPriorRegression(BasePriorMechanism):
         Budget of the private prior (``sqrt(|Y| / n)``, at most half).
     accountant : BudgetAccountant, optional
         Charged with the histogram and with every release.
-    random_state : None or int
-        ``None`` seeds from OS entropy.
+    random_state : None or int, default=None
+        ``None``: fresh OS entropy for every release, nothing kept. An int
+        makes releases reproducible and emits ``PrivacyLeakWarning``
+        (docs/randomness.md). Generators are refused.
 
     Attributes
     ----------

@@ -129,8 +129,10 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
         half of ``epsilon``.
     accountant : BudgetAccountant, optional
         Charged with the histogram and every release.
-    random_state : None, int or numpy Generator
-        ``None`` seeds from OS entropy.
+    random_state : None or int, default=None
+        ``None``: fresh OS entropy for every release, nothing kept. An int
+        makes releases reproducible and emits ``PrivacyLeakWarning``
+        (docs/randomness.md). Generators are refused.
 
     Attributes
     ----------
@@ -267,8 +269,10 @@ class DebiasedRR(_UnbiasedRoundingMixin, BaseDiscreteMechanism):
         + _GRID_DOC
         + """    accountant : BudgetAccountant, optional
         Charged with every release.
-    random_state : None, int or numpy Generator
-        ``None`` seeds from OS entropy.
+    random_state : None or int, default=None
+        ``None``: fresh OS entropy for every release, nothing kept. An int
+        makes releases reproducible and emits ``PrivacyLeakWarning``
+        (docs/randomness.md). Generators are refused.
 
     Attributes
     ----------
