@@ -9,7 +9,6 @@ comments. Test-side randomness (labels, configurations) has fixed seeds; the
 mechanisms draw from OS entropy, which is what the audits are about.
 """
 
-import copy
 import functools
 import logging
 import pickle

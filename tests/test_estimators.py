@@ -14,7 +14,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from skdp_label import BudgetAccountant, LabelDPClassifier, LabelDPRegressor
-from skdp_label.mechanisms import Laplace, RandomizedResponse, RRWithPrior, mechanism_names
+from skdp_label.mechanisms import Laplace, RRWithPrior, mechanism_names
 
 # The digits classes, declared as the public class list (never read off y).
 DIGIT_CLASSES = np.arange(10)

@@ -3,7 +3,7 @@ made before anything is spent, metadata routing and delegation."""
 
 import inspect
 import warnings
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
@@ -31,6 +31,7 @@ from ..utils._random import (
     PrivacyLeakWarning,
     check_random_state,
     public_fingerprint,
+    random_state_constraint,
     release_generator,
 )
 
@@ -48,13 +49,7 @@ class BaseLabelDPEstimator(MetaEstimatorMixin, BaseEstimator):
         "mechanism": [str, BaseLabelMechanism],
         "epsilon": [Interval(Real, 0, None, closed="neither")],
         "accountant": [BudgetAccountant, None],
-        "random_state": [
-            Interval(Integral, 0, None, closed="left"),
-            None,
-            np.random.Generator,
-            np.random.RandomState,
-            np.random.SeedSequence,
-        ],
+        "random_state": random_state_constraint(),
     }
 
     # -- randomness --------------------------------------------------------------

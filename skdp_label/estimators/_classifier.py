@@ -10,7 +10,7 @@ from sklearn.utils import _safe_indexing
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import _check_method_params, check_is_fitted, column_or_1d
+from sklearn.utils.validation import _check_method_params, column_or_1d
 
 from ..mechanisms._validation import check_classes, encode_classes
 from ..mechanisms.classification._solver import temper

@@ -22,7 +22,7 @@ Privacy bookkeeping, done here once for all mechanisms:
 """
 
 from abc import ABCMeta, abstractmethod
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
@@ -31,7 +31,12 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._accountant import BudgetAccountant
-from ..utils._random import check_random_state, public_fingerprint, release_generator
+from ..utils._random import (
+    check_random_state,
+    public_fingerprint,
+    random_state_constraint,
+    release_generator,
+)
 
 __all__ = ["BaseLabelMechanism", "BaseDiscreteMechanism"]
 
@@ -80,13 +85,7 @@ class BaseLabelMechanism(TransformerMixin, BaseEstimator, metaclass=ABCMeta):
         "accountant": [BudgetAccountant, None],
         # Generators are listed so that check_random_state refuses them with a
         # message that says why.
-        "random_state": [
-            Interval(Integral, 0, None, closed="left"),
-            None,
-            np.random.Generator,
-            np.random.RandomState,
-            np.random.SeedSequence,
-        ],
+        "random_state": random_state_constraint(),
     }
 
     #: numpy dtype the labels are converted to (None keeps their dtype).

@@ -56,6 +56,17 @@ _STREAM_TYPES = (
 )
 
 
+def random_state_constraint():
+    """``_parameter_constraints`` entry of ``random_state``.
+
+    Stream types are admitted by the constraint only so that
+    :func:`check_random_state` can refuse them with a message that says why.
+    """
+    from sklearn.utils._param_validation import Interval
+
+    return [Interval(Integral, 0, None, closed="left"), None, *_STREAM_TYPES]
+
+
 def check_random_state(random_state, owner="random_state"):
     """Validate a ``random_state`` parameter: ``None`` or a non-negative int.
 
