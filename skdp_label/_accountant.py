@@ -48,6 +48,8 @@ _FORMAT = "skdp_label-ledger"
 _FORMAT_VERSION = 1
 _HEADER_KEYS = {"record", "format", "version", "ledger_id", "epsilon", "delta"}
 _ENTRY_KEYS = {"record", "description", "n_labels", "epsilon", "delta", "group"}
+# Keyed releases (skdp_label.release) also record their id and fingerprint.
+_RELEASE_KEYS = {"release_id", "release_fingerprint"}
 
 
 class BudgetExceededError(RuntimeError):
@@ -84,6 +86,10 @@ class LedgerEntry:
         The privacy cost of the release for each label it covers.
     group : str or None
         Disjoint group of the release, or None for a sequential release.
+    release_id, release_fingerprint : str or None
+        For keyed releases: the release id and a fingerprint of what it
+        releases (mechanism, public parameters, rows). A retry of the same
+        release is not charged again.
     """
 
     description: str
@@ -91,6 +97,8 @@ class LedgerEntry:
     epsilon: float
     delta: float
     group: str | None = None
+    release_id: str | None = None
+    release_fingerprint: str | None = None
 
 
 def _check_cost(value, name):
@@ -135,6 +143,8 @@ def _header_line(ledger_id, epsilon, delta):
 
 def _entry_line(entry):
     record = asdict(entry)
+    if entry.release_id is None:  # the format of ordinary releases is unchanged
+        del record["release_id"], record["release_fingerprint"]
     record["record"] = "release"
     record["epsilon"] = _encode_number(entry.epsilon)
     record["delta"] = _encode_number(entry.delta)
@@ -187,8 +197,12 @@ def _parse_ledger(data, path):
     entries = []
     for number, record in enumerate(records[1:], start=2):
         try:
-            if set(record) != _ENTRY_KEYS or record["record"] != "release":
+            if set(record) not in (_ENTRY_KEYS, _ENTRY_KEYS | _RELEASE_KEYS) or record["record"] != "release":
                 raise ValueError("not a release record")
+            release_id = record.get("release_id")
+            fingerprint = record.get("release_fingerprint")
+            if not all(v is None or isinstance(v, str) for v in (release_id, fingerprint)):
+                raise ValueError("bad release id")
             n_labels, description, group = (
                 record["n_labels"], record["description"], record["group"]
             )
@@ -203,6 +217,8 @@ def _parse_ledger(data, path):
                     _decode_number(record["epsilon"]),
                     _decode_number(record["delta"]),
                     group,
+                    release_id,
+                    fingerprint,
                 )
             )
         except ValueError:
@@ -334,6 +350,7 @@ class BudgetAccountant:
     >>> from skdp_label import BudgetAccountant
     >>> acc = BudgetAccountant(epsilon=2.0)
     >>> acc.spend(1.5, n_labels=100, description="Laplace")
+    True
     >>> acc.remaining_epsilon
     0.5
     >>> acc.spend(1.0, n_labels=100, description="Laplace")
@@ -349,6 +366,7 @@ class BudgetAccountant:
     >>> path = os.path.join(tmp.name, "budget.jsonl")
     >>> BudgetAccountant(epsilon=2.0, ledger=path).spend(
     ...     1.5, n_labels=100, description="Laplace")
+    True
     >>> later = BudgetAccountant(epsilon=2.0, ledger=path)
     >>> later.spent_epsilon, later.remaining_epsilon
     (1.5, 0.5)
@@ -579,7 +597,7 @@ class BudgetAccountant:
                 f"exceeds the budget epsilon={self._epsilon:g}, delta={self._delta:g}."
             )
 
-    def spend(self, epsilon, delta=0.0, *, n_labels, description, group=None):
+    def spend(self, epsilon, delta=0.0, *, n_labels, description, group=None, release=None):
         """Record a release, or raise if it would exceed the budget.
 
         Reading the ledger, checking the budget and appending the entry are
@@ -596,6 +614,17 @@ class BudgetAccountant:
         group : str, optional
             Token from :meth:`disjoint_group`. Only library code that has
             split the rows into disjoint parts passes it.
+        release : tuple (release_id, fingerprint), optional
+            Keyed releases (:mod:`skdp_label.release`): their noise is a
+            function of the key, the release id and the rows, so a retry of
+            the same release hands out nothing new and is not charged again;
+            the same id with another fingerprint is refused (``ValueError``),
+            since it would reuse the noise on other labels or parameters.
+
+        Returns
+        -------
+        recorded : bool
+            False for a keyed release that the ledger already holds.
 
         Raises
         ------
@@ -611,9 +640,25 @@ class BudgetAccountant:
             raise ValueError(f"n_labels must be a non-negative integer, got {n_labels!r}.")
         if group is not None and not isinstance(group, str):
             raise ValueError(f"group must be a token from disjoint_group or None, got {group!r}.")
-        entry = LedgerEntry(str(description), int(n_labels), epsilon, delta, group)
+        release_id = fingerprint = None
+        if release is not None:
+            release_id, fingerprint = (str(v) for v in release)
+        entry = LedgerEntry(
+            str(description), int(n_labels), epsilon, delta, group, release_id, fingerprint
+        )
         line = _entry_line(entry)
         with self._open_ledger(exclusive=True) as (f, entries):
+            if release_id is not None:
+                earlier = [e for e in entries if e.release_id == release_id]
+                if any(e.release_fingerprint != fingerprint for e in earlier):
+                    raise ValueError(
+                        f"release id {release_id!r} is already in the ledger for a different "
+                        "release (mechanism, parameters or rows); a keyed release's noise is a "
+                        "function of its id, so reusing the id would reuse the noise. Choose a "
+                        "new release id."
+                    )
+                if earlier:
+                    return False  # a retry of a release already charged
             spent_eps, spent_delta = self._totals(entries)
             new_eps, new_delta = self._totals(entries + [entry])
             if self._exceeds(new_eps, new_delta):
@@ -638,6 +683,7 @@ class BudgetAccountant:
                 except OSError:
                     pass
                 raise self._unavailable(f"could not be written ({exc.strerror})") from None
+        return True
 
     def disjoint_group(self, description):
         """Open a group of releases over disjoint rows (parallel composition).

@@ -37,9 +37,9 @@ from skdp_label.mechanisms import (
 )
 from skdp_label.mechanisms._prior import nearest_domain_index
 from skdp_label.mechanisms.rp_with_prior._interval import (
+    sample_grid,
     algorithm1,
     auto_window,
-    exact_bernoulli,
     grid_expected_loss,
     grid_interval,
     optimal_interval,
@@ -197,15 +197,19 @@ def test_sampler_matches_transition_matrix():
     audit_sampler(fitted(6.0, 0.25), n_per_label=20_000)  # rare rest outputs
 
 
-def test_exact_bernoulli_frequency():
-    rng = np.random.default_rng(2)
+def test_rare_rest_outputs_have_their_exact_frequency():
+    """At eps = 6 the rest of the grid is rare; the exact Bernoulli keeps its
+    mass right (a single 53-bit uniform would quantise it)."""
     from scipy import stats
 
-    for q in [0.3, 0.3 * 2.0**-9, 0.75 * 2.0**-60]:
-        n = 2_000_000
-        hits = int(exact_bernoulli(q, n, rng).sum())
-        assert stats.binomtest(hits, n, q).pvalue > 1e-6
-    assert not exact_bernoulli(0.0, 10, rng).any() and exact_bernoulli(1.0, 10, rng).all()
+    from skdp_label.mechanisms.rp_with_prior._interval import _levels
+
+    mech = fitted(6.0, 0.25)
+    u1, u2, w = mech._u1, mech._u2, mech._w
+    units = np.full(400_000, (u1 + u2) // 2, dtype=np.int64)
+    out = sample_grid(units, u1, u2, w, 6.0, np.random.default_rng(2))
+    rest = int((np.abs(out - units) > w).sum())
+    assert stats.binomtest(rest, units.size, _levels(u1, u2, w, 6.0)[2]).pvalue > 1e-6
 
 
 def test_outputs_are_exact_grid_floats_and_large_grids_have_no_matrix():

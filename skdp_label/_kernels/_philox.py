@@ -24,7 +24,7 @@ from numba import types
 from numba.experimental import jitclass
 from numba.extending import overload
 
-__all__ = ["philox4x64", "KeyedRows", "begin_row"]
+__all__ = ["philox4x64", "KeyedRows", "begin_row", "uniforms"]
 
 _M0 = np.uint64(0xD2E7470EE14C6C93)
 _M1 = np.uint64(0xCA5A826395121157)
@@ -70,6 +70,7 @@ def philox4x64(c0, c1, c2, c3, k0, k1):
         ("word", types.uint64),
         ("buf", types.uint64[:]),
         ("pos", types.int64),
+        ("last_row", types.int64),
     ]
 )
 class KeyedRows:
@@ -97,9 +98,18 @@ class KeyedRows:
         self.word = np.uint64(0)
         self.buf = np.zeros(4, dtype=np.uint64)
         self.pos = 4
+        self.last_row = -1
 
     def begin_row(self, i):
-        """Start reading row ``i``'s stream from its first word."""
+        """Start reading row ``i``'s stream from its first word.
+
+        Kernels visit rows in increasing order; a pass that starts again at
+        or before the last row visited is the row's next sampling step and
+        reads the next stage's stream, never the same words twice.
+        """
+        if i <= self.last_row:
+            self.stage += np.uint64(1)
+        self.last_row = i
         self.c1 = self.row_lo[i]
         self.c3 = self.row_hi[i]
         self.word = np.uint64(0)
@@ -122,6 +132,14 @@ class KeyedRows:
         """A uniform double in [0, 1) from the next 53 bits, as numpy does."""
         return (self.next_word() >> _S11) * (1.0 / 9007199254740992.0)
 
+    def random_rows(self, n):
+        """One uniform for each of the first ``n`` rows (a sampling step)."""
+        out = np.empty(n)
+        for i in range(n):
+            self.begin_row(i)
+            out[i] = self.random()
+        return out
+
 
 def begin_row(rng, i):
     """Mark the start of row ``i`` in a sampling kernel (numba only)."""
@@ -133,3 +151,11 @@ def _begin_row_overload(rng, i):
     if isinstance(rng, types.NumPyRandomGeneratorType):
         return lambda rng, i: None  # a sequential stream: nothing to do
     return lambda rng, i: rng.begin_row(i)
+
+
+def uniforms(rng, n):
+    """``n`` uniforms in [0, 1) for a vectorised sampling step: one per row
+    from a keyed source, or the next ``n`` of a Generator."""
+    if isinstance(rng, np.random.Generator):
+        return rng.random(n)
+    return rng.random_rows(n)

@@ -26,6 +26,8 @@ import math
 import numba
 import numpy as np
 
+from ._philox import begin_row
+
 _DIGIT = 2.0**53  # one digit = the 53 random bits of rng.random()
 _DIGIT_INT = 2**53
 _HALF_DIGIT = 2.0**52
@@ -234,6 +236,7 @@ def staircase_draw(c, rng):
 def _staircase_samples(rng, n, c):
     out = np.empty(n, dtype=np.float64)
     for i in range(n):
+        begin_row(rng, i)  # keyed releases: row i reads its own stream
         out[i] = staircase_draw(c, rng)
     return out
 
@@ -291,6 +294,7 @@ def staircase_additive(y, rng, granularity, c, clip, lo, hi):
     inv_granularity = 1.0 / granularity
     out = np.empty(y.shape[0], dtype=np.float64)
     for i in range(y.shape[0]):
+        begin_row(rng, i)  # keyed releases: row i reads its own stream
         out[i] = _shift_on_grid(y[i], staircase_draw(c, rng), granularity, inv_granularity, clip, lo, hi)
     return out
 
@@ -325,6 +329,7 @@ def staircase_additive_bulk(y, rng, granularity, c, bulk, prob, alias, clip, lo,
     inv_granularity = 1.0 / granularity
     out = np.empty(y.shape[0], dtype=np.float64)
     for i in range(y.shape[0]):
+        begin_row(rng, i)  # keyed releases: row i reads its own stream
         d = _digit(rng)
         if _bernoulli_first(d, qd, frac, rng):
             m = m0 + staircase_one_sided(c, rng)
@@ -352,6 +357,7 @@ def discrete_gaussian(rng, n, sigma, c):
     two_var = 2.0 * sigma * sigma
     out = np.empty(n, dtype=np.float64)
     for i in range(n):
+        begin_row(rng, i)  # keyed releases: row i reads its own stream
         while True:
             y = staircase_draw(c, rng)
             gap = np.abs(y) - shift
@@ -431,6 +437,7 @@ def randomized_response_contiguous(y, rng, lo, n_classes, c):
     """
     out = np.empty_like(y)
     for i in range(y.shape[0]):
+        begin_row(rng, i)  # keyed releases: row i reads its own stream
         out[i] = lo + rr_code(np.int64(y[i] - lo), n_classes, c, rng)
     return out
 
@@ -440,6 +447,7 @@ def randomized_response_indices(codes, rng, n_classes, c):
     """k-ary randomized response on class codes."""
     out = np.empty(codes.shape[0], dtype=np.int64)
     for i in range(codes.shape[0]):
+        begin_row(rng, i)  # keyed releases: row i reads its own stream
         out[i] = rr_code(codes[i], n_classes, c, rng)
     return out
 
@@ -513,6 +521,7 @@ def categorical_rows(codes, rng, order, cdf, group_end, group_q, n_groups):
     """
     out = np.empty(codes.shape[0], dtype=np.int64)
     for i in range(codes.shape[0]):
+        begin_row(rng, i)  # keyed releases: row i reads its own stream
         row = codes[i]
         g = 0
         while g < n_groups[row] - 1:

@@ -3,6 +3,7 @@
 import numba
 import numpy as np
 
+from ._philox import begin_row
 from ._sampling import _DIGIT, _rr_offset, uniform_index
 
 
@@ -10,6 +11,7 @@ from ._sampling import _DIGIT, _rr_offset, uniform_index
 def _rr_top_k(codes, order, ks, rng, exp_neg_epsilon):
     out = np.empty(codes.shape[0], dtype=np.int64)
     for i in range(codes.shape[0]):
+        begin_row(rng, i)  # keyed releases: row i reads its own stream
         k = ks[i]
         pos = -1
         for j in range(k):

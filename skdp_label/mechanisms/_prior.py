@@ -26,6 +26,7 @@ __all__ = [
     "resolve_domain",
     "split_epsilon",
     "noisy_histogram",
+    "noisy_histogram_from_counts",
     "nearest_domain_index",
 ]
 
@@ -102,7 +103,13 @@ def noisy_histogram(codes, n_bins, epsilon, rng):
     floating-point artifact exists to leak; negative counts become 0, and an
     all-zero histogram (possible at tiny n) becomes uniform.
     """
-    counts = np.bincount(codes, minlength=n_bins).astype(np.float64)
+    return noisy_histogram_from_counts(np.bincount(codes, minlength=n_bins), epsilon, rng)
+
+
+def noisy_histogram_from_counts(counts, epsilon, rng):
+    """:func:`noisy_histogram` of exact counts (e.g. summed over batches)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    n_bins = counts.shape[0]
     noise = staircase_noise(rng, epsilon / 2.0, 1, 1, size=n_bins)
     noisy = np.maximum(counts + noise, 0.0)
     total = noisy.sum()

@@ -11,6 +11,7 @@ one read; the others start a short walk from the bucket's first domain value.
 import numba
 import numpy as np
 
+from ..._kernels._philox import begin_row
 from ..._kernels._sampling import rr_code, rr_constants
 from .._prior import nearest_domain_index
 
@@ -55,6 +56,7 @@ def _sample(y, values, bin_map, starts, pure, lo, inv_width, rng, outputs, c, ou
     and uniform replacement, constants ``c``) -> output value."""
     n_bins = outputs.shape[0]
     for n in range(y.shape[0]):
+        begin_row(rng, n)  # keyed releases: row n reads its own stream
         bin_ = _bin_of(y[n], values, bin_map, starts, pure, lo, inv_width)
         out[n] = outputs[rr_code(bin_, n_bins, c, rng)]
 

@@ -7,6 +7,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ..._kernels._philox import uniforms
 from ..._kernels._sampling import categorical_rows, exponent_groups
 from .._base import BaseDiscreteMechanism
 from .._registry import register_mechanism
@@ -136,7 +137,7 @@ class _QuantizationBase(BaseDiscreteMechanism):
         pos, t = self._pieces.locate(y)
         # The distribution inside a piece is (1 - t) row_a + t row_b: pick the
         # end with one uniform, then sample its row with another.
-        row = 2 * pos + (rng.random(y.shape[0]) < t)
+        row = 2 * pos + (uniforms(rng, y.shape[0]) < t)
         codes = categorical_rows(row.astype(np.int64), rng, *self._row_tables)
         return self.output_values_[codes]
 

@@ -46,13 +46,16 @@ window's true width on the grid; Algorithm 1 runs with that half-window.
 
 import math
 
+import numba
 import numpy as np
+
+from ..._kernels._philox import begin_row
+from ..._kernels._sampling import bernoulli_exact, uniform_index
 
 __all__ = [
     "algorithm1",
     "auto_granularity",
     "auto_window",
-    "exact_bernoulli",
     "grid_expected_loss",
     "grid_interval",
     "grid_matrix",
@@ -333,45 +336,29 @@ def auto_window(nodes, values, probs, epsilon, granularity, loss="squared", n_co
 
 
 # -- sampling ------------------------------------------------------------------------
-def exact_bernoulli(q, n, rng):
-    """``n`` draws of Bernoulli(q), exact for the float ``q`` in [0, 1].
-
-    ``q = m 2^e`` with ``m`` in [0.5, 1): a uniform below ``m`` (exact: ``m``
-    is a multiple of 2^-53, like the uniforms) and uniforms below powers of
-    two whose exponents add up to ``e``. A single ``u < q`` would round a
-    small ``q`` to a multiple of 2^-53, a relative error that grows as ``q``
-    shrinks (large epsilon, wide windows).
-    """
-    if q <= 0.0:
-        return np.zeros(n, dtype=bool)
-    if q >= 1.0:
-        return np.ones(n, dtype=bool)
-    m, e = math.frexp(q)
-    hit = rng.random(n) < m
-    while e < 0:
-        step = max(e, -52)
-        hit &= rng.random(n) < math.ldexp(1.0, step)
-        e -= step
-    return hit
+@numba.njit(cache=True, nogil=True)
+def _sample_grid(units, u1, u2, w, rest_total, rng):
+    out = np.empty(units.shape[0], dtype=np.int64)
+    for i in range(units.shape[0]):
+        begin_row(rng, i)
+        u = units[i]
+        if bernoulli_exact(rest_total, rng):
+            # rest outputs u1 - w .. u - w - 1, then u + w + 1 .. u2 + w
+            r = np.int64(uniform_index(float(u2 - u1), rng))
+            below = u - u1
+            out[i] = u1 - w + r if r < below else u + w + 1 + (r - below)
+        else:
+            out[i] = u - w + np.int64(uniform_index(float(2 * w + 1), rng))
+    return out
 
 
 def sample_grid(units, u1, u2, w, epsilon, rng):
     """Output units for input units ``units`` (in ``[u1, u2]``), one release.
 
-    Rest or window with the exact Bernoulli, then a uniform integer over the
-    chosen part (numpy's bounded integers are exactly uniform).
+    Rest or window by an exact Bernoulli of the rest's total mass (exact for
+    the float however small: large epsilon, wide windows), then an exactly
+    uniform integer over the chosen part; one pass, row by row.
     """
-    units = np.asarray(units, dtype=np.int64)
-    n = units.shape[0]
+    units = np.ascontiguousarray(units, dtype=np.int64)
     _, _, rest_total = _levels(u1, u2, w, epsilon)
-    rest = exact_bernoulli(rest_total, n, rng)
-    out = np.empty(n, dtype=np.int64)
-    win = ~rest
-    out[win] = units[win] - w + rng.integers(0, 2 * w + 1, size=int(win.sum()))
-    n_rest = int(rest.sum())
-    if n_rest:
-        u = units[rest]
-        r = rng.integers(0, u2 - u1, size=n_rest)
-        below = u - u1  # rest outputs u1 - w .. u - w - 1, then u + w + 1 .. u2 + w
-        out[rest] = np.where(r < below, u1 - w + r, u + w + 1 + (r - below))
-    return out
+    return _sample_grid(units, np.int64(u1), np.int64(u2), np.int64(w), float(rest_total), rng)

@@ -8,6 +8,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 from threadpoolctl import threadpool_limits
 
+from ..._kernels._philox import uniforms
 from ..._kernels._sampling import randomized_response_indices, rr_constants, rr_flip_probability
 from .._base import BaseDiscreteMechanism
 from .._prior import BasePriorMechanism, resolve_domain
@@ -63,10 +64,10 @@ class _UnbiasedRoundingMixin:
     def _round_labels(self, y, rng):
         # Unbiased randomized rounding (001 §3), one uniform per label from
         # the release's generator: E[grid value] = y for y inside the grid.
-        return randomized_rounding_indices(self.input_values_, y, rng.random(y.shape[0]))
+        return randomized_rounding_indices(self.input_values_, y, uniforms(rng, y.shape[0]))
 
     def _histogram_codes(self, y, rng, values):
-        return randomized_rounding_indices(values, y, rng.random(y.shape[0]))
+        return randomized_rounding_indices(values, y, uniforms(rng, y.shape[0]))
 
     def _randomize_column(self, y, rng):
         return self.output_values_[self._sample_codes(self._round_labels(y, rng), rng)]

@@ -1,0 +1,483 @@
+"""Keyed, idempotent releases of a stored label column (the labels party).
+
+A :class:`KeyedRelease` privatizes one label column once, in batches, with
+noise that is a pure function of a secret key, a release id and each row's
+key (its position, or an id column): rerunning any part of the release -- a
+retried Dask task, a resumed file -- reproduces exactly the same noisy
+labels, so retries cost nothing extra, and batch or partition boundaries do
+not matter. Two releases with different ids draw independent noise and are
+both charged; the ledger refuses a second, different release under one id.
+
+The secret key lives in a key file (:func:`generate_key_file`, 32 bytes of
+OS entropy, mode 0600) that stays with the labels party. It is never stored
+in a fitted object, a manifest, a pickle or a message: the platform receives
+the noisy column and the release :meth:`~KeyedRelease.manifest`.
+
+How the noise is derived (docs/labels_party.md):
+
+* the release's Philox key is HMAC-SHA256(secret, "philox" | release id);
+* a row's 128-bit key is its position, or a keyed hash of its id
+  (Philox of the integer id, BLAKE2b of other ids) with the top bit set so
+  that id keys never meet position keys;
+* row ``i`` reads ``Philox(release key)(word, row_lo, stage, row_hi)``
+  (:class:`skdp_label._kernels._philox.KeyedRows`), as many words as its
+  sampler needs;
+* the private prior of prior-based mechanisms (two passes: exact counts
+  summed over batches, then noised once) uses a Generator keyed by
+  HMAC(secret, "prior" | release id).
+
+Labels are never hashed or used as key material.
+"""
+
+import hashlib
+import hmac
+import json
+import math
+import os
+import secrets
+import stat
+from numbers import Real
+
+import numba
+import numpy as np
+from sklearn.base import clone
+
+from . import __name__ as _package
+from ._accountant import BudgetAccountant
+from ._kernels._philox import KeyedRows, philox4x64
+from .mechanisms._base import BaseDiscreteMechanism, BaseLabelMechanism
+from .mechanisms._prior import BasePriorMechanism, noisy_histogram_from_counts, split_epsilon
+from .mechanisms._registry import get_mechanism_class
+from .mechanisms._validation import check_bounds, check_classes
+
+__all__ = [
+    "ReleaseKey",
+    "generate_key_file",
+    "load_key",
+    "KeyedRelease",
+    "privatize",
+    "mechanism_from_manifest",
+]
+
+_KEY_BYTES = 32
+_ID_FLAG = np.uint64(1 << 63)
+
+
+class ReleaseKey:
+    """The labels party's secret key. Never printed, pickled or copied out.
+
+    Obtain it with :func:`load_key`.
+    """
+
+    __slots__ = ("_secret",)
+
+    def __init__(self, secret):
+        if not isinstance(secret, bytes) or len(secret) != _KEY_BYTES:
+            raise ValueError(f"a release key is {_KEY_BYTES} bytes.")
+        self._secret = secret
+
+    def _derive(self, purpose, release_id=""):
+        return hmac.new(self._secret, f"{purpose}\x00{release_id}".encode(), hashlib.sha256).digest()
+
+    def __repr__(self):
+        return "ReleaseKey(<secret>)"
+
+    def __reduce__(self):
+        raise TypeError("a ReleaseKey is never pickled: it must stay with the labels party.")
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+def generate_key_file(path):
+    """Create a new key file: 32 bytes of OS entropy, readable by the owner only.
+
+    Parameters
+    ----------
+    path : str or path-like
+        Where to write it. An existing file is never overwritten.
+
+    Raises
+    ------
+    FileExistsError
+        If ``path`` exists.
+    """
+    fd = os.open(os.fspath(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(secrets.token_bytes(_KEY_BYTES))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def load_key(path):
+    """Read a key file made by :func:`generate_key_file`.
+
+    Raises ``ValueError`` (before anything is spent) if the file is missing,
+    has the wrong size, or can be read by other users.
+    """
+    path = os.fspath(path)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise ValueError(f"key file {path} does not exist; create one with `skdp-label keygen`.") from None
+    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ValueError(f"key file {path} is accessible to other users; run `chmod 600 {path}`.")
+    with open(path, "rb") as f:
+        secret = f.read(_KEY_BYTES + 1)
+    if len(secret) != _KEY_BYTES:
+        raise ValueError(f"key file {path} does not hold a {_KEY_BYTES}-byte key.")
+    return ReleaseKey(secret)
+
+
+# -- row keys -----------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True)
+def _hash_integer_ids(ids, k0, k1):
+    lo = np.empty(ids.shape[0], dtype=np.uint64)
+    hi = np.empty(ids.shape[0], dtype=np.uint64)
+    for i in range(ids.shape[0]):
+        a, b, _, _ = philox4x64(np.uint64(ids[i]), np.uint64(0), np.uint64(0), np.uint64(0), k0, k1)
+        lo[i] = a
+        hi[i] = b | np.uint64(1 << 63)
+    return lo, hi
+
+
+def _words(digest):
+    return np.uint64(int.from_bytes(digest[:8], "little")), np.uint64(int.from_bytes(digest[8:16], "little"))
+
+
+def _row_keys(key, row_keys, n):
+    """(row_lo, row_hi) uint64 arrays for ``n`` rows."""
+    row_keys = np.asarray(row_keys)
+    if row_keys.shape != (n,):
+        raise ValueError(f"row_keys must hold one key per label ({n}), got shape {row_keys.shape}.")
+    if row_keys.dtype.kind in "iu":
+        if row_keys.dtype.kind == "i" and n and row_keys.min() < 0:
+            raise ValueError("integer row keys (positions or ids) must be non-negative.")
+        return row_keys.astype(np.uint64), np.zeros(n, dtype=np.uint64)
+    # Other ids (strings, ...): a keyed 128-bit hash, in the id half of the key space.
+    id_key = key._derive("row-id")
+    lo, hi = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.uint64)
+    for i, value in enumerate(row_keys.tolist()):
+        digest = hashlib.blake2b(repr(value).encode(), key=id_key, digest_size=16).digest()
+        lo[i], hi[i] = _words(digest)
+    return lo, hi | _ID_FLAG
+
+
+def id_row_keys(key, ids):
+    """Row keys for an id column: integer ids keep their identity through a
+    keyed Philox hash (fast), others through keyed BLAKE2b. The result is
+    independent of the rows' order."""
+    ids = np.asarray(ids)
+    if ids.dtype.kind in "iu":
+        k0, k1 = _words(key._derive("row-id"))
+        return _hash_integer_ids(ids.astype(np.int64).view(np.uint64), k0, k1)
+    return _row_keys(key, ids.astype(object), ids.shape[0])
+
+
+# -- the release --------------------------------------------------------------------
+def _public_params(mechanism):
+    return {
+        k: v
+        for k, v in mechanism.get_params(deep=False).items()
+        if k not in ("accountant", "random_state")
+    }
+
+
+def _jsonable(value):
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Real) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _placeholder(mechanism):
+    """One public label the mechanism accepts (to fit it on public inputs only)."""
+    for attr in ("classes",):
+        if getattr(mechanism, attr, None) is not None:
+            return check_classes(mechanism.classes)[:1]
+    if isinstance(mechanism, BasePriorMechanism):
+        return mechanism._domain()[0][:1]
+    bounds = getattr(mechanism, "bounds", None)
+    lo, _ = check_bounds(bounds, owner=type(mechanism).__name__)
+    return np.array([lo])
+
+
+class KeyedRelease:
+    """One release of one label column, with keyed per-row noise.
+
+    Parameters
+    ----------
+    mechanism : label mechanism
+        Unfitted, configured from public inputs. It is cloned; its own
+        ``accountant`` and ``random_state`` are ignored (the release charges
+        once, and its noise comes from the key).
+    key : ReleaseKey
+        From :func:`load_key`.
+    release_id : str
+        Names this release. A retry uses the same id; a new release of any
+        column needs a new id.
+    accountant : BudgetAccountant, optional
+        Charged once per release id (a retry is free), before any noisy
+        label exists.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os
+    >>> from skdp_label.mechanisms import RROnBins
+    >>> from skdp_label.release import KeyedRelease, generate_key_file, load_key
+    >>> path = os.path.join(tempfile.mkdtemp(), "label.key")
+    >>> generate_key_file(path)
+    >>> key = load_key(path)
+    >>> y = np.arange(1000) % 11.0
+    >>> release = KeyedRelease(RROnBins(1.0, bounds=(0, 10)), key, "2026-11-q4")
+    >>> for batch in np.array_split(np.arange(1000), 3):   # pass 1: counts
+    ...     release.add_counts(y[batch], batch)
+    >>> release.fit(n_rows=1000)
+    >>> a = release.randomize(y, np.arange(1000))
+    >>> b = np.concatenate([release.randomize(y[s], s) for s in np.array_split(np.arange(1000), 7)])
+    >>> bool(np.array_equal(a, b))   # batch boundaries do not matter
+    True
+    """
+
+    def __init__(self, mechanism, key, release_id, *, accountant=None):
+        if not isinstance(mechanism, BaseLabelMechanism):
+            raise ValueError(f"mechanism must be a label mechanism, got {type(mechanism).__name__}.")
+        if not isinstance(key, ReleaseKey):
+            raise ValueError("key must be a ReleaseKey from skdp_label.release.load_key.")
+        if not isinstance(release_id, str) or not release_id.strip():
+            raise ValueError("release_id must be a non-empty string.")
+        if accountant is not None and not isinstance(accountant, BudgetAccountant):
+            raise ValueError("accountant must be a BudgetAccountant or None.")
+        self.mechanism = clone(mechanism).set_params(accountant=None, random_state=None)
+        self.release_id = release_id
+        self.accountant = accountant
+        self._key = key
+        self._philox = _words(key._derive("philox", release_id))
+        self._counts = None
+        self._n_counted = 0
+        self.fitted_ = None
+        self.ledger_entries_ = []
+
+    # -- pass 1 --------------------------------------------------------------------
+    @property
+    def needs_counts(self):
+        """Whether the mechanism estimates a private prior (two passes)."""
+        return isinstance(self.mechanism, BasePriorMechanism) and self.mechanism.prior is None
+
+    def check_batch(self, y_batch):
+        """Validate a batch of labels (NaN, bounds, classes) without counting.
+
+        A streaming release runs this over every batch *before* :meth:`fit`
+        charges anything (pass 1), so bad labels never cost budget.
+        """
+        self._check_batch(y_batch)
+
+    def _check_batch(self, y):
+        y2d, _ = clone(self.mechanism)._validate_labels(y, reset=True)
+        if y2d.shape[1] != 1:
+            raise ValueError("a keyed release privatizes one label column; pass a 1-D array.")
+        return y2d[:, 0]
+
+    def add_counts(self, y_batch, row_keys):
+        """Pass 1: add a batch's exact counts over the public domain.
+
+        The counts stay in this object (with the labels party); only their
+        noisy version, drawn once in :meth:`fit`, is ever used.
+        """
+        if not self.needs_counts:
+            raise ValueError(f"{type(self.mechanism).__name__} with a public prior needs no counts.")
+        if self.fitted_ is not None:
+            raise ValueError("the release is already fitted; counts must come before fit.")
+        y = self._check_batch(y_batch)
+        lo, hi = self._row_pairs(row_keys, y.shape[0])
+        values = self.mechanism._domain()[0]
+        rows = KeyedRows(*self._philox, np.uint64(1 << 32), lo, hi)  # a stage range of its own
+        codes = self.mechanism._histogram_codes(y, rows, values)
+        counts = np.bincount(codes, minlength=values.size)
+        self._counts = counts if self._counts is None else self._counts + counts
+        self._n_counted += y.shape[0]
+
+    def _row_pairs(self, row_keys, n):
+        if isinstance(row_keys, tuple) and len(row_keys) == 2:
+            lo, hi = (np.ascontiguousarray(a, dtype=np.uint64) for a in row_keys)
+            if lo.shape != (n,) or hi.shape != (n,):
+                raise ValueError(f"row keys must hold one key per label ({n}).")
+            return lo, hi
+        return _row_keys(self._key, row_keys, n)
+
+    # -- the charge and the mechanism ---------------------------------------------------
+    def _fingerprint(self, n_rows):
+        public = json.dumps(_jsonable(_public_params(self.mechanism)), sort_keys=True, default=repr)
+        text = f"{type(self.mechanism).__name__}|{public}|{n_rows}"
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def fit(self, n_rows):
+        """Charge the release (once per id) and fit the mechanism.
+
+        Parameters
+        ----------
+        n_rows : int
+            Number of labels the release covers (for a private prior, the
+            number counted in pass 1).
+        """
+        if self.fitted_ is not None:
+            raise ValueError("the release is already fitted.")
+        n_rows = int(n_rows)
+        if n_rows < 1:
+            raise ValueError("n_rows must be positive.")
+        mech = self.mechanism
+        mech._check_epsilon_cap()
+        mech._check_public_inputs()
+        epsilon = float(mech.epsilon)
+        split = None
+        if self.needs_counts:
+            if self._counts is None or self._n_counted != n_rows:
+                raise ValueError(
+                    f"pass 1 counted {self._n_counted} labels, but n_rows={n_rows}; add the counts "
+                    "of every batch before fit."
+                )
+            values = mech._domain()[0]
+            eps1, eps2 = split_epsilon(epsilon, mech.prior_epsilon, n_rows, values.size)
+            split = {"prior": eps1, "labels": eps2}
+        placeholder = _placeholder(mech)
+        # A dry run on public inputs only (no accountant, no labels): whatever
+        # would make the real fit fail is found before anything is charged.
+        trial = clone(mech)
+        if split is not None:
+            trial.set_params(prior=(values, np.full(values.size, 1.0 / values.size)), epsilon=split["labels"])
+        trial.fit(placeholder)
+        delta = trial._total_cost()[1]
+        if self.accountant is not None:
+            recorded = self.accountant.spend(
+                epsilon, delta, n_labels=n_rows,
+                description=f"keyed release {self.release_id}: {type(mech).__name__}",
+                release=(self.release_id, self._fingerprint(n_rows)),
+            )
+            self.ledger_entries_ = [
+                e.__dict__ for e in self.accountant.ledger if e.release_id == self.release_id
+            ]
+            self.charged_ = bool(recorded)
+        if split is not None:
+            prior_rng = np.random.Generator(np.random.Philox(key=np.frombuffer(
+                self._key._derive("prior", self.release_id)[:16], dtype=np.uint64).copy()))
+            noisy = noisy_histogram_from_counts(self._counts, split["prior"], prior_rng)
+            # The noisy prior is now a public input: the labels get epsilon_2.
+            mech.set_params(prior=(values, noisy), epsilon=split["labels"])
+            self._counts = None  # exact counts are not kept past this point
+        mech.fit(placeholder)
+        self.epsilon_ = epsilon
+        self.epsilon_split_ = split
+        self.n_rows_ = n_rows
+        self.fitted_ = mech
+        return None
+
+    # -- pass 2 --------------------------------------------------------------------
+    def randomize(self, y_batch, row_keys):
+        """Noisy labels of a batch; no charge (the release was charged in fit).
+
+        Parameters
+        ----------
+        y_batch : array-like of shape (n,)
+        row_keys : array-like of int of shape (n,), or a pair (lo, hi)
+            Positions, or :func:`id_row_keys` of an id column.
+        """
+        if self.fitted_ is None:
+            raise ValueError("call fit (after pass 1 for prior-based mechanisms) before randomize.")
+        mech = self.fitted_
+        mech._check_unchanged_since_fit()
+        y2d, _ = mech._validate_labels(np.asarray(y_batch).reshape(-1, 1), reset=False)
+        lo, hi = self._row_pairs(row_keys, y2d.shape[0])
+        if y2d.shape[0] == 0:
+            return np.empty(0)
+        return mech._randomize_column(y2d[:, 0], KeyedRows(*self._philox, np.uint64(0), lo, hi))
+
+    # -- what the platform receives ------------------------------------------------------
+    def manifest(self):
+        """What the platform receives instead of a pickle (JSON-serialisable).
+
+        Library version, mechanism and public parameters, epsilon and its
+        split, delta, rows, this release's ledger entries and the noise
+        description the platform needs to train and tune (transition matrix
+        or noise variance). No key, seed or label statistic.
+        """
+        if self.fitted_ is None:
+            raise ValueError("fit the release first.")
+        from . import __version__
+        from .mechanisms._registry import _CANONICAL, _REGISTRY
+
+        mech = self.fitted_
+        name = next(
+            (n for n, (cls, _) in sorted(_REGISTRY.items()) if cls is type(mech) and n in _CANONICAL),
+            type(mech).__name__,
+        )
+        params = _public_params(mech)
+        out = {
+            "format": "skdp_label.release/1",
+            "library": _package,
+            "version": __version__,
+            "release_id": self.release_id,
+            "mechanism": name,
+            "params": _jsonable(params),
+            "epsilon": self.epsilon_,
+            "epsilon_split": self.epsilon_split_,
+            "delta": float(mech._total_cost()[1]),
+            "n_rows": self.n_rows_,
+            "ledger_entries": _jsonable(self.ledger_entries_),
+        }
+        if isinstance(mech, BaseDiscreteMechanism):
+            try:
+                out["input_values"] = _jsonable(mech.input_values_)
+                out["output_values"] = _jsonable(mech.output_values_)
+                out["transition_matrix"] = _jsonable(mech.transition_matrix_)
+            except (AttributeError, ValueError):
+                pass  # too large to build: the parameters rebuild it
+        return out
+
+
+def mechanism_from_manifest(manifest):
+    """The platform side: a fitted mechanism rebuilt from a manifest's public
+    parameters (fitting spends nothing: every input is public), for the
+    noisy-label scorers and debiasing helpers."""
+    if manifest.get("format") != "skdp_label.release/1":
+        raise ValueError("not a skdp_label release manifest.")
+    cls = get_mechanism_class(manifest["mechanism"])
+    params = dict(manifest["params"])
+    for k, v in params.items():
+        if isinstance(v, str) and v in ("inf", "-inf", "nan"):
+            params[k] = float(v)
+        if k in ("bounds",) and isinstance(v, list):
+            params[k] = tuple(v)
+        if k == "prior" and isinstance(v, list):
+            params[k] = (np.asarray(v[0], dtype=float), np.asarray(v[1], dtype=float))
+    mech = cls(**params)
+    mech.fit(_placeholder(mech))
+    return mech
+
+
+def privatize(y, mechanism, key, release_id, *, row_keys=None, accountant=None):
+    """In-memory keyed release of a label column: the same noisy labels as
+    the CLI and the Dask path for the same key, release id and rows.
+
+    Returns
+    -------
+    y_noisy : ndarray
+    release : KeyedRelease
+        Fitted; ``release.manifest()`` is the hand-off.
+    """
+    y = np.asarray(y)
+    keys = np.arange(y.shape[0], dtype=np.int64) if row_keys is None else row_keys
+    release = KeyedRelease(mechanism, key, release_id, accountant=accountant)
+    if release.needs_counts:
+        release.add_counts(y, keys)  # validates too
+    else:
+        release.check_batch(y)
+    release.fit(y.shape[0])
+    return release.randomize(y, keys), release
