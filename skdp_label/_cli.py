@@ -27,6 +27,7 @@ import json
 import os
 import sys
 import tempfile
+import textwrap
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -366,7 +367,7 @@ def privatize_file(
     input, output, *, label, mechanism, key_file, release_id, id=None, columns=(),
     ledger=None, budget=None, no_ledger=False, input_format=None, output_format=None,
     manifest=None, batch_size=DEFAULT_BATCH_SIZE, threads=None, progress=None, overwrite=False,
-    log=None,
+    clip=False, log=None,
 ):
     """Release ``label`` of ``input`` to ``output`` (see the module docstring).
 
@@ -375,6 +376,7 @@ def privatize_file(
     """
     import pyarrow as pa
 
+    from .mechanisms._validation import check_labels_in_bounds
     from .release import KeyedRelease, id_row_keys, load_key
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
@@ -411,6 +413,21 @@ def privatize_file(
         if col is not None and col not in names:
             raise CLIError(f"{what} column {col!r} is not in {input} (columns: {names}).")
     release = KeyedRelease(mech, key, release_id, accountant=accountant)
+    bounds = getattr(mech, "bounds", None) if task == "regression" else None
+
+    def labels_of(batch, offset):
+        y = _labels(batch, label, task, classes, offset)
+        if bounds is not None:
+            # The CLI refuses labels outside --bounds for every family (some
+            # mechanisms would clip them silently); --clip clips on purpose.
+            if clip:
+                return np.clip(y, *bounds)
+            try:
+                check_labels_in_bounds(y, bounds)
+            except ValueError as exc:
+                raise CLIError(f"rows {offset} to {offset + len(y) - 1}: {exc} (or pass --clip)") from None
+        return y
+
     keyed_cols = [label] + ([id] if id else [])
     types = {label: _label_type(task, classes)}
 
@@ -426,7 +443,7 @@ def privatize_file(
     with tempfile.TemporaryDirectory(prefix=".skdp_ids_", dir=out_dir) as spill:
         dup = _DuplicateIds(spill) if id is not None else None
         for batch in table.batches(keyed_cols, types):
-            y = _labels(batch, label, task, classes, n)
+            y = labels_of(batch, n)
             keys = row_keys(batch, n) if (dup is not None or release.needs_counts) else None
             if dup is not None:
                 dup.add(_ids(batch, id, n), *keys)
@@ -471,7 +488,7 @@ def privatize_file(
 
             def work(item):
                 batch, offset = item
-                y = _labels(batch, label, task, classes, offset)
+                y = labels_of(batch, offset)
                 noisy = release.randomize(y, row_keys(batch, offset))
                 arrays = [batch.column(c) if c != label else pa.array(noisy) for c in out_cols]
                 return pa.RecordBatch.from_arrays(arrays, names=out_cols)
@@ -556,16 +573,20 @@ def add_subcommands(sub):
 
     p = sub.add_parser(
         "privatize", help="release one label column of a CSV/Parquet file with keyed label-DP noise",
-        description=__doc__, epilog=FAMILY_EXAMPLES,
+        description=__doc__, epilog=FAMILY_EXAMPLES + "\nmechanisms:\n" + textwrap.fill(
+            ", ".join(mechanism_names()), 90, initial_indent="  ", subsequent_indent="  ",
+            break_on_hyphens=False) + "\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("input", help="CSV (.csv, .tsv) or Parquet (.parquet) file")
     p.add_argument("--label", required=True, help="the label column to privatize")
     p.add_argument("--id", help="id column keying each row's noise (unique ids; default: row positions)")
     p.add_argument("--mechanism", required=True, choices=mechanism_names(aliases=True), metavar="NAME",
-                   help="mechanism name: " + ", ".join(mechanism_names()))
+                   help="mechanism name (list below)")
     p.add_argument("--epsilon", required=True, type=float, help="total epsilon of the release")
     p.add_argument("--bounds", nargs=2, type=float, metavar=("LOW", "HIGH"), help="public label bounds")
+    p.add_argument("--clip", action="store_true",
+                   help="clip labels to --bounds (default: labels outside the bounds are an error)")
     p.add_argument("--grid-step", "--resolution", dest="grid_step", type=float,
                    help="grid step of the label domain (mechanisms with `resolution`)")
     p.add_argument("--classes", nargs="+", help="public classes (classification mechanisms)")
@@ -616,7 +637,7 @@ def run(args):
             ledger=args.ledger, budget=args.budget, no_ledger=args.no_ledger,
             input_format=args.input_format, output_format=args.output_format,
             manifest=args.manifest, batch_size=args.batch_size, threads=args.threads,
-            progress=args.progress, overwrite=args.overwrite,
+            progress=args.progress, overwrite=args.overwrite, clip=args.clip,
         )
         return 0
     except (ValueError, FileExistsError, RuntimeError) as exc:
