@@ -376,6 +376,11 @@ def privatize_file(
     """
     import pyarrow as pa
 
+    try:
+        import pyarrow as pa
+    except ImportError:
+        raise CLIError("skdp-label privatize needs pyarrow: pip install 'skdp_label[cli]'.") from None
+
     from .mechanisms._validation import check_labels_in_bounds
     from .release import KeyedRelease, id_row_keys, load_key
 
