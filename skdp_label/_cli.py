@@ -287,7 +287,8 @@ class _DuplicateIds:
         for b in np.flatnonzero(np.diff(bounds)):
             f = self._files.get(b)
             if f is None:
-                f = self._files[b] = open(os.path.join(self._dir, f"{b:03d}"), "wb")
+                # Kept open across batches; closed in count().
+                f = self._files[b] = open(os.path.join(self._dir, f"{b:03d}"), "wb")  # noqa: SIM115
             keys[bounds[b]:bounds[b + 1]].tofile(f)
 
     def count(self):
@@ -374,8 +375,6 @@ def privatize_file(
     Returns the manifest (a dict). Raises :class:`CLIError` (a
     ``ValueError``) for bad input, before anything is charged.
     """
-    import pyarrow as pa
-
     try:
         import pyarrow as pa
     except ImportError:

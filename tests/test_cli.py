@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 pa = pytest.importorskip("pyarrow")
-import pyarrow.csv as pacsv  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
-from skdp_label import BudgetAccountant  # noqa: E402
-from skdp_label.__main__ import main  # noqa: E402
-from skdp_label.estimators import debiased_accuracy_scorer, unbiased_mse_scorer  # noqa: E402
-from skdp_label.mechanisms import make_mechanism, mechanism_names  # noqa: E402
-from skdp_label.release import (  # noqa: E402
+from skdp_label import BudgetAccountant
+from skdp_label.__main__ import main
+from skdp_label.estimators import debiased_accuracy_scorer, unbiased_mse_scorer
+from skdp_label.mechanisms import make_mechanism, mechanism_names
+from skdp_label.release import (
     KeyedRelease,
     id_row_keys,
     load_key,
@@ -261,7 +261,7 @@ def test_key_never_leaves_in_outputs_manifest_ledger_or_logs(workdir, capsys):
     for blob in blobs:
         for s in [secret, *derived]:
             assert s not in blob and s.hex().encode() not in blob
-            assert str(list(np.frombuffer(s[:8], dtype=np.uint64))[0]).encode() not in blob
+            assert str(int(np.frombuffer(s[:8], dtype=np.uint64)[0])).encode() not in blob
     manifest = json.loads((workdir / "out.parquet.manifest.json").read_text())
     assert "seed" not in json.dumps(manifest).lower() and "key" not in manifest
     assert _read(workdir / "out.parquet").column_names == ["user_id", "value", "x0"]

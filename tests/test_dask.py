@@ -11,10 +11,10 @@ da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
 pd = pytest.importorskip("pandas")
 
-from skdp_label import BudgetAccountant  # noqa: E402
-from skdp_label.dask import privatize as dask_privatize  # noqa: E402
-from skdp_label.mechanisms import RROnBins, make_mechanism  # noqa: E402
-from skdp_label.release import generate_key_file, id_row_keys, load_key, privatize  # noqa: E402
+from skdp_label import BudgetAccountant
+from skdp_label.dask import privatize as dask_privatize
+from skdp_label.mechanisms import RROnBins, make_mechanism
+from skdp_label.release import generate_key_file, id_row_keys, load_key, privatize
 
 N = 5000
 
@@ -46,15 +46,16 @@ class FlakyRROnBins(RROnBins):
 @pytest.fixture(scope="module")
 def client():
     import cloudpickle
-
     import test_dask
 
     # The worker processes unpickle FlakyRROnBins by value (the tests are not a package).
     cloudpickle.register_pickle_by_value(test_dask)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
-        with distributed.Client(cluster) as c:
-            yield c
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                 dashboard_address=None) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        yield c
     cloudpickle.unregister_pickle_by_value(test_dask)
 
 
