@@ -384,7 +384,7 @@ def privatize_file(
     from .release import KeyedRelease, id_row_keys, load_key
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
-    threads = threads or min(4, os.cpu_count() or 1)
+    threads = threads or 1
     if progress is None:
         progress = sys.stderr.isatty()
     if not release_id or not release_id.strip():
@@ -610,7 +610,7 @@ def add_subcommands(sub):
     p.add_argument("--input-format", choices=["csv", "parquet"])
     p.add_argument("--output-format", choices=["csv", "parquet"])
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="rows per batch")
-    p.add_argument("--threads", type=int, help="randomizing threads (default min(4, CPUs))")
+    p.add_argument("--threads", type=int, help="randomizing threads (default 1: the sampling kernels hold the GIL, so more threads only overlap I/O)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output and manifest")
     bar = p.add_mutually_exclusive_group()
     bar.add_argument("--progress", dest="progress", action="store_true", default=None,
