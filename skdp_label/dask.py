@@ -60,14 +60,40 @@ def _adopt(release, fitted):
     return release
 
 
+def _sorted_range(ids):
+    """(first, last) of strictly increasing integer ids, else None."""
+    if ids is None:
+        return None
+    ids = np.asarray(ids)
+    if ids.dtype.kind not in "iu" or not np.all(ids[1:] > ids[:-1]):
+        return None
+    return (ids[0].item(), ids[-1].item()) if ids.size else ()
+
+
 def _pass1(y, ids, offset, mechanism, key_file, release_id):
-    """Validate one partition; its exact counts for a private prior."""
+    """Validate one partition: (its exact counts for a private prior, rows, id range)."""
     y = np.asarray(y)
     release, key = _partition_release(mechanism, key_file, release_id)
     if release.needs_counts:
-        return _partition_counts(release, y, _row_keys(key, y.shape[0], ids, offset)), y.shape[0]
-    release.check_batch(y)
-    return None, y.shape[0]
+        counts = _partition_counts(release, y, _row_keys(key, y.shape[0], ids, offset))
+    else:
+        release.check_batch(y)
+        counts = None
+    return counts, y.shape[0], _sorted_range(ids)
+
+
+def _ids_sorted_and_unique(ranges):
+    """Whether per-partition sorted ranges are increasing across partitions too."""
+    last = None
+    for r in ranges:
+        if r is None:
+            return False
+        if r == ():
+            continue
+        if last is not None and r[0] <= last:
+            return False
+        last = r[1]
+    return True
 
 
 def _randomize(y, ids, offset, fitted, key_file, release_id, dtype):
@@ -198,9 +224,11 @@ def privatize(data, mechanism, *, key_file, release_id, label=None, id=None, acc
         for j, (y, i) in enumerate(zip(y_parts, id_parts))
     ]
     (results,) = dask.compute(tasks)
-    # Exact and scalable (a shuffle), computed on its own: it is an expression, pass 1 is not.
-    uniq = [ids.nunique().compute()] if ids is not None and check_unique_ids else []
-    n_rows = sum(n for _, n in results)
+    n_rows = sum(n for _, n, _ in results)
+    uniq = []
+    if ids is not None and check_unique_ids and not _ids_sorted_and_unique([r for *_, r in results]):
+        # Unsorted ids: exact and scalable (a shuffle), computed on its own (an expression).
+        uniq = [ids.nunique().compute()]
     if n_rows == 0:
         raise ValueError("the collection has no rows.")
     if uniq and int(uniq[0]) != n_rows:
@@ -209,7 +237,7 @@ def privatize(data, mechanism, *, key_file, release_id, label=None, id=None, acc
             "would share their noise. Ids must be unique (or omit id= to key rows by position)."
         )
     if release.needs_counts:
-        counts = sum(c for c, _ in results)
+        counts = sum(c for c, _, _ in results)
         release._counts, release._n_counted = counts, n_rows  # see _partition_counts
 
     # The charge and the fit, once, on the client.

@@ -151,3 +151,14 @@ def test_errors_before_the_charge(client, frame, key_file, tmp_path):
         dask_privatize(dd.from_pandas(frame, npartitions=2), _mech(), key_file=key_file,
                        release_id="b", label="nope", accountant=acc)
     assert acc.ledger == []
+
+
+def test_sorted_ids_skip_the_shuffle_only_when_unique_across_partitions():
+    from skdp_label.dask import _ids_sorted_and_unique, _sorted_range
+
+    parts = [np.array([1, 2, 5]), np.array([], dtype=np.int64), np.array([6, 9])]
+    assert _ids_sorted_and_unique([_sorted_range(p) for p in parts])
+    overlap = [np.array([1, 2, 5]), np.array([5, 9])]  # the same id in two partitions
+    assert not _ids_sorted_and_unique([_sorted_range(p) for p in overlap])
+    assert _sorted_range(np.array([1, 1, 2])) is None  # a repeat inside a partition
+    assert _sorted_range(np.array(["a", "b"])) is None  # not integers: the exact check runs
