@@ -51,8 +51,9 @@ def _tick_labels(values, max_ticks=12):
     values = np.asarray(values)
     step = max(1, int(np.ceil(len(values) / max_ticks)))
     positions = np.arange(0, len(values), step)
-    return positions, [f"{v:.3g}" if np.issubdtype(values.dtype, np.number) else str(v)
-                       for v in values[positions]]
+    return positions, [
+        f"{v:.3g}" if np.issubdtype(values.dtype, np.number) else str(v) for v in values[positions]
+    ]
 
 
 class TransitionMatrixDisplay:
@@ -122,8 +123,9 @@ class TransitionMatrixDisplay:
         ax = _axes(ax)
         matrix = np.asarray(self.transition_matrix, dtype=float)
         shown = np.log10(np.maximum(matrix, 1e-300)) if log else matrix
-        self.im_ = ax.imshow(shown, cmap=cmap, aspect="auto", origin="lower",
-                             interpolation="nearest")
+        self.im_ = ax.imshow(
+            shown, cmap=cmap, aspect="auto", origin="lower", interpolation="nearest"
+        )
         pos, labels = _tick_labels(self.output_values)
         ax.set_xticks(pos, labels, rotation=45 if len(labels) > 6 else 0)
         pos, labels = _tick_labels(self.input_values)
@@ -163,8 +165,12 @@ class TransitionMatrixDisplay:
                 "outputs or a grid too large to tabulate); use "
                 "JointDensityDisplay.from_mechanism instead."
             )
-        disp = cls(mechanism.transition_matrix_, mechanism.input_values_,
-                   mechanism.output_values_, title=_mechanism_title(mechanism))
+        disp = cls(
+            mechanism.transition_matrix_,
+            mechanism.input_values_,
+            mechanism.output_values_,
+            title=_mechanism_title(mechanism),
+        )
         return disp.plot(ax=ax, **plot_kwargs)
 
 
@@ -230,8 +236,9 @@ class JointDensityDisplay:
         """
         ax = _axes(ax)
         # Noisy label on the x axis, label on the y axis, as TransitionMatrixDisplay.
-        self.mesh_ = ax.pcolormesh(self.noisy_edges, self.label_edges,
-                                   np.asarray(self.density, dtype=float), cmap=cmap)
+        self.mesh_ = ax.pcolormesh(
+            self.noisy_edges, self.label_edges, np.asarray(self.density, dtype=float), cmap=cmap
+        )
         if diagonal:
             lo = max(self.noisy_edges[0], self.label_edges[0])
             hi = min(self.noisy_edges[-1], self.label_edges[-1])
@@ -246,8 +253,7 @@ class JointDensityDisplay:
         return self
 
     @classmethod
-    def from_labels(cls, y, y_noisy, *, bins=40, title=None, ax=None, plot=True,
-                    **plot_kwargs):
+    def from_labels(cls, y, y_noisy, *, bins=40, title=None, ax=None, plot=True, **plot_kwargs):
         """Histogram given labels and noisy labels.
 
         Parameters
@@ -307,8 +313,15 @@ class JointDensityDisplay:
         display : JointDensityDisplay
         """
         y_noisy = clone(mechanism).fit_transform(y)
-        return cls.from_labels(y, y_noisy, bins=bins, title=_mechanism_title(mechanism),
-                               ax=ax, plot=plot, **plot_kwargs)
+        return cls.from_labels(
+            y,
+            y_noisy,
+            bins=bins,
+            title=_mechanism_title(mechanism),
+            ax=ax,
+            plot=plot,
+            **plot_kwargs,
+        )
 
 
 class PrivacyUtilityDisplay:
@@ -353,8 +366,9 @@ class PrivacyUtilityDisplay:
     (2,)
     """
 
-    def __init__(self, epsilons, scores, *, scores_std=None, name=None, baseline=None,
-                 score_name="score"):
+    def __init__(
+        self, epsilons, scores, *, scores_std=None, name=None, baseline=None, score_name="score"
+    ):
         self.epsilons = epsilons
         self.scores = scores
         self.scores_std = scores_std
@@ -383,16 +397,18 @@ class PrivacyUtilityDisplay:
         ax = _axes(ax)
         eps = np.asarray(self.epsilons, dtype=float)
         scores = np.asarray(self.scores, dtype=float)
-        (self.line_,) = ax.plot(eps, scores, marker="o", label=name or self.name,
-                                **line_kwargs)
+        (self.line_,) = ax.plot(eps, scores, marker="o", label=name or self.name, **line_kwargs)
         if self.scores_std is not None:
             std = np.asarray(self.scores_std, dtype=float)
-            ax.fill_between(eps, scores - std, scores + std, alpha=0.2,
-                            color=self.line_.get_color())
+            ax.fill_between(
+                eps, scores - std, scores + std, alpha=0.2, color=self.line_.get_color()
+            )
         if self.baseline is not None:
             ax.axhline(self.baseline, color="gray", ls="--", lw=1, label="non-private")
         if logx:
             ax.set_xscale("log")
+            ax.set_xticks(eps, [f"{e:g}" for e in eps])  # the budgets tried, not powers of 10
+            ax.minorticks_off()
         ax.set_xlabel("epsilon")
         ax.set_ylabel(self.score_name)
         if ax.get_legend_handles_labels()[1]:
@@ -401,9 +417,23 @@ class PrivacyUtilityDisplay:
         return self
 
     @classmethod
-    def from_estimator(cls, estimator, X, y, X_test, y_test, *, epsilons, scoring=None,
-                       n_repeats=1, baseline_estimator=None, name=None, ax=None, plot=True,
-                       **plot_kwargs):
+    def from_estimator(
+        cls,
+        estimator,
+        X,
+        y,
+        X_test,
+        y_test,
+        *,
+        epsilons,
+        scoring=None,
+        n_repeats=1,
+        baseline_estimator=None,
+        name=None,
+        ax=None,
+        plot=True,
+        **plot_kwargs,
+    ):
         """Fit a clone of a label-DP estimator at each epsilon and score it.
 
         Parameters
@@ -454,8 +484,12 @@ class PrivacyUtilityDisplay:
             base = clone(baseline_estimator).fit(X, y)
             baseline = check_scoring(base, scoring=scoring)(base, X_test, y_test)
         score_name = scoring if isinstance(scoring, str) else "score"
-        disp = cls(epsilons, scores.mean(axis=1),
-                   scores_std=scores.std(axis=1) if n_repeats > 1 else None,
-                   name=name or str(getattr(estimator, "mechanism", type(estimator).__name__)),
-                   baseline=baseline, score_name=score_name)
+        disp = cls(
+            epsilons,
+            scores.mean(axis=1),
+            scores_std=scores.std(axis=1) if n_repeats > 1 else None,
+            name=name or str(getattr(estimator, "mechanism", type(estimator).__name__)),
+            baseline=baseline,
+            score_name=score_name,
+        )
         return disp.plot(ax=ax, **plot_kwargs) if plot else disp

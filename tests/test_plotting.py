@@ -16,7 +16,7 @@ from skdp_label.plotting import (
 
 mpl = pytest.importorskip("matplotlib")
 mpl.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 
 @pytest.fixture(autouse=True)
@@ -77,7 +77,14 @@ def test_privacy_utility_display_scores_each_epsilon():
     acc = BudgetAccountant()
     est = LabelDPRegressor(Ridge(), mechanism="laplace", bounds=(0, 4), accountant=acc)
     disp = PrivacyUtilityDisplay.from_estimator(
-        est, X, y, X, y, epsilons=[4.0, 0.5], n_repeats=2, baseline_estimator=Ridge(),
+        est,
+        X,
+        y,
+        X,
+        y,
+        epsilons=[4.0, 0.5],
+        n_repeats=2,
+        baseline_estimator=Ridge(),
         scoring="neg_mean_squared_error",
     )
     np.testing.assert_array_equal(disp.epsilons, [0.5, 4.0])  # sorted
