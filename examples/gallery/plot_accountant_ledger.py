@@ -48,6 +48,13 @@ except BudgetExceededError as exc:
 print(acc.summary())
 
 # %%
+# The ledger as a table
+# ---------------------
+# ``to_frame()`` (pandas), ``to_records()`` and ``to_json(path)`` export it;
+# the ledger holds costs and public descriptions only, never labels.
+acc.to_frame()[["description", "n_labels", "epsilon", "group"]]
+
+# %%
 # The ledger as a chart
 # ---------------------
 # Sequential releases add up; the stages of the multi-stage classifier use
@@ -68,4 +75,4 @@ ax.axvline(acc.spent_epsilon, color="gray", ls=":", label=f"spent = {acc.spent_e
 ax.set_yticks(range(len(entries)), [e.description for e in entries])
 ax.invert_yaxis()
 ax.set_xlabel("cumulative epsilon")
-ax.legend(loc="lower right")
+ax.legend(loc="upper right")

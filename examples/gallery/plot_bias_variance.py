@@ -70,7 +70,8 @@ for name in names:
         b2.append(prior[1] @ bias**2)
         v.append(prior[1] @ var)
     (line,) = ax.plot(epsilons, np.add(b2, v), marker="o", label=f"{name}: bias² + variance")
-    ax.plot(epsilons, b2, ls=":", color=line.get_color())
+    if max(b2) > 1e-9 * max(v):  # unbiased: bias² is floating-point round-off, not drawn
+        ax.plot(epsilons, b2, ls=":", color=line.get_color())
     print(f"{name:>17}: bias^2 {np.round(b2, 2)}  variance {np.round(v, 2)}")
 ax.set(
     xscale="log",
@@ -79,4 +80,6 @@ ax.set(
     ylabel="mean squared error of ỹ",
     title="solid: bias² + variance, dotted: bias² (zero for unbiased)",
 )
+ax.set_xticks(epsilons, [f"{e:g}" for e in epsilons])
+ax.minorticks_off()
 ax.legend(fontsize=8)
