@@ -1,21 +1,36 @@
-"""Command line: ``python -m skdp_label demo`` (or ``skdp-label demo``)."""
+"""skdp-label: label differential privacy from the command line.
+
+Subcommands: ``demo`` (privacy-utility table on bundled data), ``keygen``
+(a release key file) and ``privatize`` (release one label column of a CSV or
+Parquet file). ``skdp-label privatize --help`` shows an example per
+mechanism family.
+"""
 
 import argparse
 import sys
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="skdp-label", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="skdp-label", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"skdp-label {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="privacy-utility table of every mechanism on bundled data")
     demo.add_argument("--repeats", type=int, default=5, help="train/test splits to average (default 5)")
     demo.add_argument("--seed", type=int, default=0, help="seed of the splits and the noise")
+    from ._cli import add_subcommands, run
+
+    add_subcommands(sub)
     args = parser.parse_args(argv)
     if args.command == "demo":
         from ._demo import run_demo
 
         run_demo(n_repeats=args.repeats, random_state=args.seed)
-    return 0
+        return 0
+    return run(args)
 
 
 if __name__ == "__main__":
