@@ -48,7 +48,7 @@ def generate(path, n):
 BASELINE = """
 import sys, pyarrow.parquet as pq
 src, dst = sys.argv[1], sys.argv[2]
-f = pq.ParquetFile(src)
+f = pq.ParquetFile(src, pre_buffer=False)  # as the CLI: memory flat in the rows
 with pq.ParquetWriter(dst, f.schema_arrow) as w:
     for b in f.iter_batches(batch_size=1 << 20, columns=["user_id", "value"]):
         w.write_batch(b)
@@ -79,7 +79,7 @@ def bench_dask(path, out_dir, key_file, n_workers, mechanism):
     with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster):
         t = time.perf_counter()
-        ddf = dd.read_parquet(path)
+        ddf = dd.read_parquet(path, split_row_groups=True)  # one partition per row group
         mech = make_mechanism(mechanism, epsilon=1.0, bounds=(0.0, 400.0), resolution=1.0)
         # check_unique_ids=False: the shuffle of the duplicate check is timed separately below.
         noisy, _ = privatize(ddf, mech, key_file=key_file, release_id=f"dask-{n_workers}",

@@ -77,11 +77,13 @@ def test_round_trip_platform_trains_and_tunes_from_the_manifest(workdir):
     from sklearn.model_selection import GridSearchCV
     from sklearn.tree import DecisionTreeRegressor
 
-    assert _run(workdir, "--id", "user_id", "--epsilon", "2") == 0
+    # epsilon 4: tuning picks depth 4 over depth 1 in 30 of 30 trials with fresh keys (at
+    # epsilon 2, 26 of 30: the test would be flaky).
+    assert _run(workdir, "--id", "user_id", "--epsilon", "4") == 0
     out = workdir / "out.parquet"
     manifest = json.loads((workdir / "out.parquet.manifest.json").read_text())
     assert manifest["output"]["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
-    assert manifest["n_rows"] == N and manifest["epsilon"] == 2.0
+    assert manifest["n_rows"] == N and manifest["epsilon"] == 4.0
     assert set(manifest["epsilon_split"]) == {"prior", "labels"}  # a private prior: two passes
     assert [e["release_id"] for e in manifest["ledger_entries"]] == ["r1"]
     released = _read(out)
