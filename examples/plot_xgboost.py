@@ -11,7 +11,8 @@ small epsilon, which is what the error at epsilon <= 2 mostly reflects.
 Run from the repository root::
 
     python examples/plot_xgboost.py            # prints a table (PYTHONPATH=. if not installed)
-    python examples/plot_xgboost.py --plot     # also saves plot_xgboost.png
+    python examples/plot_xgboost.py --plot [out.png]   # also saves the figure
+                                                       # (default: a temporary directory)
 """
 
 import sys
@@ -78,5 +79,11 @@ if "--plot" in sys.argv:
     ax.set(xscale="log", xlabel="epsilon", ylabel="test MSE", title="XGBoost count:poisson")
     ax.legend()
     fig.tight_layout()
-    fig.savefig("plot_xgboost.png", dpi=120)
-    print("saved plot_xgboost.png")
+    import tempfile
+    from pathlib import Path
+
+    # Only to a path the user passes, or a temporary directory: never into the checkout.
+    args = sys.argv[sys.argv.index("--plot") + 1:]
+    out = Path(args[0]) if args else Path(tempfile.mkdtemp()) / "plot_xgboost.png"
+    fig.savefig(out, dpi=120)
+    print(f"saved {out}")

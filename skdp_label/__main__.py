@@ -14,6 +14,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="skdp-label", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"skdp-label {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="privacy-utility table of every mechanism on bundled data")
     demo.add_argument("--repeats", type=int, default=5, help="train/test splits to average (default 5)")

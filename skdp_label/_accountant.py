@@ -710,6 +710,83 @@ class BudgetAccountant:
             state = "ledger unavailable"
         return f"BudgetAccountant(epsilon={self._epsilon:g}, delta={self._delta:g}{where}; {state})"
 
+    def to_records(self):
+        """The ledger as a list of plain dicts, one per release.
+
+        Returns
+        -------
+        records : list of dict
+            Keys: ``release`` (1-based position), ``description``,
+            ``n_labels``, ``epsilon``, ``delta``, ``group`` (the disjoint
+            group's name without its random suffix, or None), ``group_id``
+            (the full token), ``release_id`` and ``release_fingerprint``
+            (keyed releases). The ledger holds costs and public descriptions
+            only, never labels.
+
+        Examples
+        --------
+        >>> from skdp_label import BudgetAccountant
+        >>> acc = BudgetAccountant(epsilon=2.0)
+        >>> _ = acc.spend(0.5, n_labels=10, description="Laplace: randomized labels")
+        >>> acc.to_records()[0]["epsilon"]
+        0.5
+        """
+        records = []
+        for i, e in enumerate(self.ledger, start=1):
+            record = {"release": i, **asdict(e)}
+            record["group_id"] = e.group
+            # A group token is "<name>#<uuid4 hex>": the uuid only keeps tokens unique.
+            record["group"] = None if e.group is None else e.group.rsplit("#", 1)[0]
+            records.append(record)
+        return records
+
+    def to_frame(self):
+        """The ledger as a pandas DataFrame (one row per release).
+
+        Returns
+        -------
+        frame : pandas.DataFrame
+            Columns as the keys of :meth:`to_records`.
+        """
+        try:
+            import pandas as pd
+        except ImportError as exc:  # optional dependency
+            raise ImportError(
+                "BudgetAccountant.to_frame needs pandas (`pip install pandas`); "
+                "to_records() and to_json() do not."
+            ) from exc
+        columns = ["release", "description", "n_labels", "epsilon", "delta", "group",
+                   "group_id", "release_id", "release_fingerprint"]
+        return pd.DataFrame(self.to_records(), columns=columns)
+
+    def to_json(self, path=None):
+        """The budget, the totals and the ledger as JSON.
+
+        Parameters
+        ----------
+        path : str or path-like, default=None
+            File to write; when None the JSON text is returned.
+
+        Returns
+        -------
+        text : str or None
+            The JSON document when ``path`` is None.
+        """
+        records = self.to_records()
+        spent_eps, spent_delta = self._totals(self.ledger)
+        document = {
+            "budget": {"epsilon": _encode_number(self._epsilon),
+                       "delta": _encode_number(self._delta)},
+            "spent": {"epsilon": spent_eps, "delta": spent_delta},
+            "releases": records,
+        }
+        text = json.dumps(document, indent=2, allow_nan=False)
+        if path is None:
+            return text
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+        return None
+
     def summary(self):
         """The ledger as a readable table."""
         entries = self.ledger

@@ -47,19 +47,6 @@ def _partition_release(mechanism, key_file, release_id):
     return KeyedRelease(mechanism, key, release_id), key
 
 
-# KeyedRelease has no public API yet to merge counts computed elsewhere or to
-# adopt a mechanism fitted elsewhere; these two helpers are the only places
-# that touch its internals (see the report of issue 9).
-def _partition_counts(release, y, row_keys):
-    release.add_counts(y, row_keys)
-    return release._counts
-
-
-def _adopt(release, fitted):
-    release.fitted_ = fitted
-    return release
-
-
 def _sorted_range(ids):
     """(first, last) of strictly increasing integer ids, else None."""
     if ids is None:
@@ -75,7 +62,7 @@ def _pass1(y, ids, offset, mechanism, key_file, release_id):
     y = np.asarray(y)
     release, key = _partition_release(mechanism, key_file, release_id)
     if release.needs_counts:
-        counts = _partition_counts(release, y, _row_keys(key, y.shape[0], ids, offset))
+        counts = release.batch_counts(y, _row_keys(key, y.shape[0], ids, offset))
     else:
         release.check_batch(y)
         counts = None
@@ -97,9 +84,10 @@ def _ids_sorted_and_unique(ranges):
 
 
 def _randomize(y, ids, offset, fitted, key_file, release_id, dtype):
-    release, key = _partition_release(fitted, key_file, release_id)
+    key = load_key(key_file)
+    release = KeyedRelease.for_workers(fitted, key, release_id)
     y = np.asarray(y)
-    noisy = _adopt(release, fitted).randomize(y, _row_keys(key, y.shape[0], ids, offset))
+    noisy = release.randomize(y, _row_keys(key, y.shape[0], ids, offset))
     return np.asarray(noisy).astype(dtype, copy=False)
 
 
@@ -238,7 +226,7 @@ def privatize(data, mechanism, *, key_file, release_id, label=None, id=None, acc
         )
     if release.needs_counts:
         counts = sum(c for c, _, _ in results)
-        release._counts, release._n_counted = counts, n_rows  # see _partition_counts
+        release.merge_counts(counts, n_rows)
 
     # The charge and the fit, once, on the client.
     release.fit(n_rows)

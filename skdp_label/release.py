@@ -296,14 +296,41 @@ class KeyedRelease:
             raise ValueError(f"{type(self.mechanism).__name__} with a public prior needs no counts.")
         if self.fitted_ is not None:
             raise ValueError("the release is already fitted; counts must come before fit.")
+        counts = self.batch_counts(y_batch, row_keys)
+        self.merge_counts(counts, int(counts.sum()))
+
+    def batch_counts(self, y_batch, row_keys):
+        """Pass 1 on a worker: a batch's exact counts, not accumulated here.
+
+        Sum them on the labels party's side and pass the total to
+        :meth:`merge_counts` of the release that will be fitted.
+        """
+        if not self.needs_counts:
+            raise ValueError(f"{type(self.mechanism).__name__} with a public prior needs no counts.")
         y = self._check_batch(y_batch)
         lo, hi = self._row_pairs(row_keys, y.shape[0])
         values = self.mechanism._domain()[0]
         rows = KeyedRows(*self._philox, np.uint64(1 << 32), lo, hi)  # a stage range of its own
-        codes = self.mechanism._histogram_codes(y, rows, values)
-        counts = np.bincount(codes, minlength=values.size)
+        return np.bincount(self.mechanism._histogram_codes(y, rows, values), minlength=values.size)
+
+    def merge_counts(self, counts, n_labels):
+        """Add exact counts computed by :meth:`batch_counts` elsewhere."""
+        if self.fitted_ is not None:
+            raise ValueError("the release is already fitted; counts must come before fit.")
+        counts = np.asarray(counts, dtype=np.int64)
+        if counts.shape != (self.mechanism._domain()[0].size,) or np.any(counts < 0):
+            raise ValueError("counts must be non-negative, one per domain value.")
         self._counts = counts if self._counts is None else self._counts + counts
-        self._n_counted += y.shape[0]
+        self._n_counted += int(n_labels)
+
+    @classmethod
+    def for_workers(cls, fitted, key, release_id):
+        """The randomizing side of a release fitted (and charged) elsewhere:
+        the workers of a cluster each rebuild it from the broadcast fitted
+        mechanism and their own copy of the key file."""
+        release = cls(fitted, key, release_id)
+        release.fitted_ = fitted
+        return release
 
     def _row_pairs(self, row_keys, n):
         if isinstance(row_keys, tuple) and len(row_keys) == 2:

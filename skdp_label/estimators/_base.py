@@ -34,15 +34,17 @@ from ..utils._random import (
     random_state_constraint,
     release_generator,
 )
+from ..utils._repr import PrivacyReprMixin
 
 __all__ = ["BaseLabelDPEstimator"]
 
 
-class BaseLabelDPEstimator(MetaEstimatorMixin, BaseEstimator):
+class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
     """Meta-estimator that randomizes ``y`` once in ``fit`` and trains a clone
     of ``base_estimator`` on the noisy labels."""
 
     _task = None  # 'regression' or 'classification'
+    _repr_always = ("mechanism", "epsilon")  # never hidden as defaults
 
     _parameter_constraints = {
         "base_estimator": [HasMethods(["fit", "predict"])],

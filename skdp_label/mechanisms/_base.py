@@ -37,6 +37,7 @@ from ..utils._random import (
     random_state_constraint,
     release_generator,
 )
+from ..utils._repr import PrivacyReprMixin
 
 __all__ = ["BaseLabelMechanism", "BaseDiscreteMechanism"]
 
@@ -64,7 +65,9 @@ def _canonical(value):
         return ("object", id(value))
 
 
-class BaseLabelMechanism(TransformerMixin, BaseEstimator, metaclass=ABCMeta):
+class BaseLabelMechanism(
+    PrivacyReprMixin, TransformerMixin, BaseEstimator, metaclass=ABCMeta
+):
     """Base class of label mechanisms (randomizers of private labels).
 
     Subclasses implement :meth:`_fit_mechanism` (everything that depends

@@ -295,7 +295,7 @@ class DiscreteLaplace(_LaplaceFamily):
     __doc__ = (
         """Discrete Laplace (geometric) mechanism for integer labels (000 Def. 22).
 
-    Adds integer noise with P(Z = z) proportional to exp(-epsilon |z| / (hi - lo)).
+    Adds integer noise with P(Z = z) proportional to ``exp(-epsilon |z| / (hi - lo))``.
 """
         + _PARAMETERS_DOC.format(extra="")
         + _DISCRETE_ATTRIBUTES_DOC

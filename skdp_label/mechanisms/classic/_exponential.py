@@ -34,10 +34,10 @@ def max_log_ratio(matrix):
 
 @register_mechanism("exponential", task="regression")
 class ExponentialMechanism(BaseDiscreteMechanism):
-    """Exponential mechanism with score -|o - y| over a grid of labels.
+    """Exponential mechanism with score ``-|o - y|`` over a grid of labels.
 
     Outputs a grid value o with probability proportional to
-    exp(-beta |o - y|). The textbook calibration ``beta = eps / (2 (hi - lo))``
+    ``exp(-beta |o - y|)``. The textbook calibration ``beta = eps / (2 (hi - lo))``
     (McSherry & Talwar; 000 App. F) is epsilon-DP but loose; the default
     ``calibration='exact'`` takes the largest beta whose transition matrix
     has privacy loss exactly ``epsilon`` (computed, not bounded).

@@ -41,7 +41,7 @@ _COMMON_PARAMETERS = """
         The sorted classes.
     k_ : int
         Size of the top-k set for the public ``prior``.
-    top_k_ : ndarray of shape (k_,)
+    top_k_ : ndarray of shape (k,)
         The top-k classes for the public ``prior``.
     transition_matrix_ : ndarray of shape (n_classes, n_classes)
         Exact output distribution of ``transform`` for each input class.

@@ -169,7 +169,7 @@ _COMMON_ATTRS = """    output_values_ : ndarray of shape (m,)
         Expected error (``objective``) under the prior, exact.
     input_values_ : ndarray
         Public evaluation grid (piece ends and midpoints) for audits.
-    transition_matrix_ : ndarray of shape (len(input_values_), m)
+    transition_matrix_ : ndarray of shape (n_inputs, m)
         Exact output distribution at ``input_values_``.
     epsilon_spent_ : float
         Epsilon spent per label by this object so far.

@@ -343,11 +343,11 @@ class RRWithPriorRegression(BasePriorMechanism):
     ----------
     input_values_ : ndarray of shape (n_values,)
         The label domain.
-    output_values_ : ndarray of shape (k_,)
+    output_values_ : ndarray of shape (k,)
         The top-k values, increasing.
     k_ : int
         Size of the output set.
-    transition_matrix_ : ndarray of shape (n_values, k_)
+    transition_matrix_ : ndarray of shape (n_values, k)
         Exact output distribution of each domain value.
     prior_ : ndarray of shape (n_values,)
         The prior used (public, or the noisy histogram).

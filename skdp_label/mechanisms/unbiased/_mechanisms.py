@@ -126,7 +126,7 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
         Optimise the output values freely, or use the ``outputs``-point
         grid of 001 Alg. 2 (``FeasibleOutputSet``) and its LP.
     prior_epsilon : float or 'auto', default='auto'
-        Budget of the private prior; 'auto' is sqrt(|Y| / n) capped at
+        Budget of the private prior; 'auto' is ``sqrt(|Y| / n)`` capped at
         half of ``epsilon``.
     accountant : BudgetAccountant, optional
         Charged with the histogram and every release.
