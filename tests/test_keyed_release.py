@@ -1,5 +1,6 @@
 """Keyed, idempotent releases (skdp_label.release): the labels party's core."""
 
+import json
 import os
 import pickle
 import stat
@@ -143,7 +144,8 @@ def test_manifest_is_the_hand_off(key, tmp_path):
     y = np.arange(2000) % 11.0
     out, release = privatize(y, _mechanism("rr-on-bins", 2.0), key, "m1")
     manifest = release.manifest()
-    text = repr(manifest)
+    text = json.dumps(manifest)  # JSON-serialisable as it is
+    assert json.loads(text)["release_id"] == "m1"
     secret = open(tmp_path / "label.key", "rb").read()
     assert secret.hex() not in text and "seed" not in text.lower()
     exact = np.bincount(y.astype(int), minlength=11) / y.size
