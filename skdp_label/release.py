@@ -394,14 +394,17 @@ class KeyedRelease:
                 e.__dict__ for e in self.accountant.ledger if e.release_id == self.release_id
             ]
             self.charged_ = bool(recorded)
-        if split is not None:
+        if split is None:
+            # Public inputs only: the dry run already is the mechanism; no second solve.
+            mech = self.mechanism = trial
+        else:
             prior_rng = np.random.Generator(np.random.Philox(key=np.frombuffer(
                 self._key._derive("prior", self.release_id)[:16], dtype=np.uint64).copy()))
             noisy = noisy_histogram_from_counts(self._counts, split["prior"], prior_rng)
             # The noisy prior is now a public input: the labels get epsilon_2.
             mech.set_params(prior=(values, noisy), epsilon=split["labels"])
             self._counts = None  # exact counts are not kept past this point
-        mech.fit(placeholder)
+            mech.fit(placeholder)
         self.epsilon_ = epsilon
         self.epsilon_split_ = split
         self.n_rows_ = n_rows
