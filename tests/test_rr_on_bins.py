@@ -309,9 +309,16 @@ def test_lookup_equals_nearest_domain_value():
         np.testing.assert_array_equal(lookup(y), bin_map[nearest_domain_index(domain, y)])
 
 
-def test_labels_outside_domain_are_clipped():
-    mech = RROnBins(epsilon=30.0, bounds=(0, 10), prior_epsilon=1.0, random_state=0)
-    out = mech.fit_transform(np.array([-1e6, 3.2, 4e6, 10.0, 0.0] * 40))
+def test_labels_outside_domain_raise_by_default_and_clip_when_asked():
+    y = np.array([-1e6, 3.2, 4e6, 10.0, 0.0] * 40)
+    acc = BudgetAccountant()
+    with pytest.raises(ValueError, match="outside the declared range"):
+        RROnBins(epsilon=30.0, bounds=(0, 10), accountant=acc).fit(y)
+    assert acc.spent_epsilon == 0.0
+    mech = RROnBins(
+        epsilon=30.0, bounds=(0, 10), prior_epsilon=1.0, out_of_bounds="clip", random_state=0
+    )
+    out = mech.fit_transform(y)
     ends = mech.output_values_[mech.bin_map_[[0, -1]]]
     # eps2 = 29: RR keeps the bin with probability 1 - O(e^-29).
     np.testing.assert_array_equal(out[0::5], ends[0])

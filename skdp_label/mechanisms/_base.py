@@ -27,7 +27,7 @@ from numbers import Real
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._accountant import BudgetAccountant
@@ -37,14 +37,24 @@ from ..utils._random import (
     random_state_constraint,
     release_generator,
 )
-from ..utils._repr import PrivacyReprMixin
+from ..utils._repr import PrivacyReprMixin, format_number
 
-__all__ = ["BaseLabelMechanism", "BaseDiscreteMechanism"]
+__all__ = ["BaseLabelMechanism", "BaseDiscreteMechanism", "OUT_OF_BOUNDS_CONSTRAINT", "OUT_OF_BOUNDS_DOC"]
+
+# The ``out_of_bounds`` parameter of every regression mechanism: labels
+# outside the declared bounds/domain raise ("raise", the default) or are
+# clipped to them before randomizing ("clip", an explicit opt-in).
+OUT_OF_BOUNDS_CONSTRAINT = [StrOptions({"raise", "clip"})]
+# Docstring fragment (a format template: braces doubled).
+OUT_OF_BOUNDS_DOC = """    out_of_bounds : {{'raise', 'clip'}}, default='raise'
+        Labels outside the declared bounds (or domain) raise ``ValueError``
+        before anything is spent; ``'clip'`` clips them to the bounds first.
+"""
 
 # Parameters a fitted mechanism may change without refitting: the source of
 # future noise. Everything else (epsilon, bounds, classes, prior, delta, the
 # accountant, ...) is bound to what fit computed.
-_UNBOUND_PARAMS = frozenset({"random_state"})
+_UNBOUND_PARAMS = frozenset({"random_state", "out_of_bounds"})
 
 
 def _canonical(value):
@@ -121,6 +131,15 @@ class BaseLabelMechanism(
 
     def _check_label_values(self, y):
         """Reject labels outside the declared domain (raise ValueError)."""
+
+    def _label_range(self):
+        """Public ``(lo, hi)`` every label must lie in, or None.
+
+        Regression mechanisms return their declared bounds (or the ends of
+        their domain); :meth:`_validate_labels` then applies the one
+        ``out_of_bounds`` policy of the library.
+        """
+        return None
 
     def _check_public_inputs(self):
         """Validate public parameters (raise ValueError) before any spend."""
@@ -200,15 +219,33 @@ class BaseLabelMechanism(
             ensure_all_finite=False,
             ensure_min_samples=1,
         )
-        if y2d.dtype.kind in "fc":
-            bad = int(np.count_nonzero(~np.isfinite(y2d)))
-            if bad:
-                raise ValueError(
-                    f"{type(self).__name__}: {bad} label(s) are NaN or infinite; labels must be "
-                    "finite numbers."
-                )
+        if y2d.dtype.kind in "fc" and not np.all(np.isfinite(y2d)):
+            # No count or position: both are statistics of the private labels.
+            raise ValueError(
+                f"{type(self).__name__}: y contains NaN or infinite labels; labels must be "
+                "finite numbers."
+            )
+        label_range = self._label_range()
+        if label_range is not None:
+            y2d = self._apply_out_of_bounds(y2d, label_range)
         self._check_label_values(y2d)
         return y2d, one_d
+
+    def _apply_out_of_bounds(self, y2d, label_range):
+        """The library's one policy for labels outside the public range."""
+        lo, hi = label_range
+        # Two reductions, no label-sized temporaries; the extremes are compared
+        # and dropped, never stored or shown.
+        if y2d.size == 0 or (y2d.min() >= lo and y2d.max() <= hi):
+            return y2d
+        if getattr(self, "out_of_bounds", "raise") == "clip":
+            return np.clip(y2d, lo, hi)
+        raise ValueError(
+            f"{type(self).__name__}: some labels lie outside the declared range "
+            f"[{format_number(lo)}, {format_number(hi)}]. Declare bounds that contain every "
+            "possible label (bounds are public knowledge, never computed from the labels), or "
+            "pass out_of_bounds='clip' to clip labels to them before randomizing."
+        )
 
     def _check_epsilon_cap(self):
         if float(self.epsilon) > self._max_epsilon:

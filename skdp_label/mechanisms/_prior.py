@@ -18,7 +18,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._kernels._sampling import staircase_noise
-from ._base import BaseDiscreteMechanism
+from ._base import OUT_OF_BOUNDS_CONSTRAINT, BaseDiscreteMechanism
 from ._validation import check_bounds
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "noisy_histogram",
     "noisy_histogram_from_counts",
     "nearest_domain_index",
+    "declared_range",
 ]
 
 # 'auto' never gives the prior more than this share of the budget.
@@ -61,6 +62,20 @@ def resolve_domain(domain=None, bounds=None, resolution=None, owner="A mechanism
     if values[-1] < hi - 1e-9 * step:
         values = np.append(values, hi)
     return values
+
+
+def declared_range(bounds, domain_values, owner):
+    """Public ``(lo, hi)`` the labels must lie in (the ``out_of_bounds`` check).
+
+    The declared bounds when given, else the ends of the declared domain
+    (``domain_values()``, called only then); labels between domain values are
+    rounded to the domain by the mechanism, labels outside this range are
+    the caller's policy (raise or clip).
+    """
+    if bounds is not None:
+        return check_bounds(bounds, owner=owner)
+    values = domain_values()
+    return float(values[0]), float(values[-1])
 
 
 def nearest_domain_index(values, y):
@@ -138,6 +153,7 @@ class BasePriorMechanism(BaseDiscreteMechanism):
         "bounds": [tuple, list, None],
         "resolution": [Interval(Real, 0, None, closed="neither"), None],
         "prior_epsilon": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
+        "out_of_bounds": OUT_OF_BOUNDS_CONSTRAINT,
     }
 
     @abstractmethod
@@ -166,10 +182,8 @@ class BasePriorMechanism(BaseDiscreteMechanism):
             self.domain, self.bounds, self.resolution, owner=f"{type(self).__name__} given no prior and"
         ), None
 
-    def _check_label_values(self, y):
-        # Labels outside the domain are clipped into it (documented); nothing
-        # to reject beyond NaN/inf, which validation already refuses.
-        pass
+    def _label_range(self):
+        return declared_range(self.bounds, lambda: self._domain()[0], type(self).__name__)
 
     def _encode_labels(self, y):
         return nearest_domain_index(self.input_values_, y)

@@ -6,8 +6,49 @@ would print neither: logs and printed pipelines would hide the epsilon used.
 """
 
 import inspect
+from numbers import Integral, Real
 
+import numpy as np
 from sklearn import get_config
+
+__all__ = ["PrivacyReprMixin", "format_number", "public_repr"]
+
+# Longer sequences are summarised in messages (a domain can hold 10**7 values).
+_MAX_ITEMS_SHOWN = 8
+
+
+def format_number(x):
+    """A number as a user writes it: ``75``, ``0.5``, never ``np.float64(75.0)``."""
+    if isinstance(x, (bool, np.bool_)):
+        return str(bool(x))
+    if isinstance(x, Integral):
+        return str(int(x))
+    if isinstance(x, Real):
+        x = float(x)
+        # Whole numbers print as integers (bounds (0, 10), not (0.0, 10.0)).
+        return str(int(x)) if x.is_integer() and abs(x) < 2.0**53 else repr(x)
+    return repr(x)
+
+
+def public_repr(value):
+    """``repr`` of a *public* parameter value for messages, without numpy reprs.
+
+    Numpy scalars print as Python numbers, arrays and sequences as lists
+    (summarised past a few items). Only for public inputs (bounds, classes,
+    epsilon): messages never show labels.
+    """
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        items = [public_repr(v) for v in value[:_MAX_ITEMS_SHOWN]]
+        if len(value) > _MAX_ITEMS_SHOWN:
+            items.append(f"... ({len(value)} values)")
+        if isinstance(value, tuple):
+            return "(" + ", ".join(items) + ("," if len(value) == 1 else "") + ")"
+        return "[" + ", ".join(items) + "]"
+    if isinstance(value, (Real, np.generic)) and not isinstance(value, str):
+        return format_number(value.item() if isinstance(value, np.generic) else value)
+    return repr(value)
 
 
 class PrivacyReprMixin:

@@ -78,6 +78,9 @@ class RROnBins(BasePriorMechanism):
     prior_epsilon : 'auto' or float, default='auto'
         Budget of the private prior. ``'auto'``: ``sqrt(|Y| / n)`` (000,
         Thm. 7), at most half of ``epsilon``.
+    out_of_bounds : {'raise', 'clip'}, default='raise'
+        Labels outside the declared bounds (or domain) raise ``ValueError``
+        before anything is spent; ``'clip'`` clips them to the bounds first.
     accountant : BudgetAccountant, optional
         Charged with the histogram and with every release.
     random_state : None or int, default=None
@@ -138,10 +141,12 @@ class RROnBins(BasePriorMechanism):
         bounds=None,
         resolution=None,
         prior_epsilon="auto",
+        out_of_bounds="raise",
         accountant=None,
         random_state=None,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
+        self.out_of_bounds = out_of_bounds
         self.loss = loss
         self.prior = prior
         self.domain = domain

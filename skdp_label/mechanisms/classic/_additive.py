@@ -23,7 +23,6 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..._kernels._sampling import (
-    count_outside,
     discrete_gaussian,
     max_staircase_magnitude,
     bulk_constants,
@@ -33,9 +32,9 @@ from ..._kernels._sampling import (
     staircase_noise,
 )
 from ...utils._random import power_of_two_grid
-from .._base import BaseLabelMechanism
+from .._base import OUT_OF_BOUNDS_CONSTRAINT, OUT_OF_BOUNDS_DOC, BaseLabelMechanism
 from .._registry import register_mechanism
-from .._validation import check_bounds, check_integer_labels, check_labels_in_bounds
+from .._validation import check_bounds, check_integer_labels
 from ._noise import (
     gaussian_sigma,
     optimal_discrete_staircase_r,
@@ -54,10 +53,10 @@ _PARAMETERS_DOC = """
         Privacy cost of one label.
     bounds : tuple (lo, hi)
         Public label bounds; the sensitivity is ``hi - lo``. Required: bounds
-        are never computed from the labels. Labels outside them are rejected.
+        are never computed from the labels.
     clip : bool, default=True
         Clip outputs into the bounds (post-processing, 000 App. F).
-{extra}    accountant : BudgetAccountant, optional
+""" + OUT_OF_BOUNDS_DOC + """{extra}    accountant : BudgetAccountant, optional
         Charged with every release.
     random_state : None or int, default=None
         ``None``: fresh OS entropy for every release, nothing kept. An int
@@ -124,18 +123,19 @@ class BaseAdditiveMechanism(BaseLabelMechanism):
         **BaseLabelMechanism._parameter_constraints,
         "bounds": [tuple, list, None],
         "clip": ["boolean"],
+        "out_of_bounds": OUT_OF_BOUNDS_CONSTRAINT,
     }
     _integer = False
 
     def _bounds(self):
         return check_bounds(self.bounds, integer=self._integer, owner=type(self).__name__)
 
+    def _label_range(self):
+        return self._bounds()
+
     def _check_label_values(self, y):
-        lo, hi = self._bounds()
-        flat = y.ravel()
-        if count_outside(flat, lo, hi, self._integer):  # one pass; details only on failure
-            check_labels_in_bounds(flat, (lo, hi))
-            check_integer_labels(flat)
+        if self._integer:
+            check_integer_labels(y.ravel())
 
     def _noise_scale(self, sensitivity):
         return sensitivity / float(self.epsilon)
@@ -284,10 +284,14 @@ class Laplace(_LaplaceFamily):
     """
     )
 
-    def __init__(self, epsilon=1.0, *, bounds=None, clip=True, accountant=None, random_state=None):
+    def __init__(
+        self, epsilon=1.0, *, bounds=None, clip=True, out_of_bounds="raise",
+        accountant=None, random_state=None,
+    ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.bounds = bounds
         self.clip = clip
+        self.out_of_bounds = out_of_bounds
 
 
 @register_mechanism("discrete-laplace", "geometric", task="regression")
@@ -312,10 +316,14 @@ class DiscreteLaplace(_LaplaceFamily):
     _integer = True
     _max_epsilon = 30.0  # discrete noise (BaseLabelMechanism's default of 20 is for continuous)
 
-    def __init__(self, epsilon=1.0, *, bounds=None, clip=True, accountant=None, random_state=None):
+    def __init__(
+        self, epsilon=1.0, *, bounds=None, clip=True, out_of_bounds="raise",
+        accountant=None, random_state=None,
+    ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.bounds = bounds
         self.clip = clip
+        self.out_of_bounds = out_of_bounds
 
 
 _STAIRCASE_LOSS_DOC = """    loss : {'squared', 'absolute'}, default='squared'
@@ -360,12 +368,13 @@ class Staircase(BaseStaircaseFamily):
     }
 
     def __init__(
-        self, epsilon=1.0, *, bounds=None, clip=True, loss="squared", gamma=None,
-        accountant=None, random_state=None,
+        self, epsilon=1.0, *, bounds=None, clip=True, out_of_bounds="raise", loss="squared",
+        gamma=None, accountant=None, random_state=None,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.bounds = bounds
         self.clip = clip
+        self.out_of_bounds = out_of_bounds
         self.loss = loss
         self.gamma = gamma
 
@@ -418,12 +427,13 @@ class DiscreteStaircase(BaseStaircaseFamily):
     }
 
     def __init__(
-        self, epsilon=1.0, *, bounds=None, clip=True, loss="squared", r=None,
+        self, epsilon=1.0, *, bounds=None, clip=True, out_of_bounds="raise", loss="squared", r=None,
         accountant=None, random_state=None,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.bounds = bounds
         self.clip = clip
+        self.out_of_bounds = out_of_bounds
         self.loss = loss
         self.r = r
 
@@ -480,12 +490,14 @@ class Gaussian(BaseAdditiveMechanism):
     }
 
     def __init__(
-        self, epsilon=1.0, *, delta=1e-5, bounds=None, clip=True, accountant=None, random_state=None
+        self, epsilon=1.0, *, delta=1e-5, bounds=None, clip=True, out_of_bounds="raise",
+        accountant=None, random_state=None,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.delta = delta
         self.bounds = bounds
         self.clip = clip
+        self.out_of_bounds = out_of_bounds
 
     def _release_cost(self):
         return float(self.epsilon), float(self.delta)

@@ -7,8 +7,8 @@ from scipy import optimize
 from sklearn.utils._param_validation import Interval, StrOptions
 from numbers import Real
 
-from .._base import BaseDiscreteMechanism
-from .._prior import nearest_domain_index, resolve_domain
+from .._base import OUT_OF_BOUNDS_CONSTRAINT, BaseDiscreteMechanism
+from .._prior import declared_range, nearest_domain_index, resolve_domain
 from .._registry import register_mechanism
 
 __all__ = ["ExponentialMechanism", "exponential_matrix", "max_log_ratio"]
@@ -57,6 +57,9 @@ class ExponentialMechanism(BaseDiscreteMechanism):
         Grid step on ``bounds``; default ``(hi - lo) / 100``.
     calibration : {'exact', 'standard'}, default='exact'
         How beta is chosen from epsilon.
+    out_of_bounds : {'raise', 'clip'}, default='raise'
+        Labels outside the declared bounds (or domain) raise ``ValueError``
+        before anything is spent; ``'clip'`` clips them to the bounds first.
     accountant : BudgetAccountant, optional
     random_state : None or int, default=None
         ``None``: fresh OS entropy for every release, nothing kept. An int
@@ -86,14 +89,16 @@ class ExponentialMechanism(BaseDiscreteMechanism):
         "bounds": [tuple, list, None],
         "domain": ["array-like", None],
         "resolution": [Interval(Real, 0, None, closed="neither"), None],
+        "out_of_bounds": OUT_OF_BOUNDS_CONSTRAINT,
         "calibration": [StrOptions({"exact", "standard"})],
     }
 
     def __init__(
         self, epsilon=1.0, *, bounds=None, domain=None, resolution=None, calibration="exact",
-        accountant=None, random_state=None,
+        out_of_bounds="raise", accountant=None, random_state=None,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
+        self.out_of_bounds = out_of_bounds
         self.bounds = bounds
         self.domain = domain
         self.resolution = resolution
@@ -105,6 +110,9 @@ class ExponentialMechanism(BaseDiscreteMechanism):
             lo, hi = self.bounds
             resolution = (hi - lo) / 100.0
         return resolve_domain(self.domain, self.bounds, resolution, owner=type(self).__name__)
+
+    def _label_range(self):
+        return declared_range(self.bounds, self._grid, type(self).__name__)
 
     def _check_label_values(self, y):
         grid = self._grid()
@@ -118,11 +126,6 @@ class ExponentialMechanism(BaseDiscreteMechanism):
                     f"{type(self).__name__}: the grid's span is not a positive normal float64 "
                     "or epsilon / span overflows; rescale the labels."
                 )
-        if np.any((y < grid[0]) | (y > grid[-1])):
-            raise ValueError(
-                f"labels outside the public grid range [{grid[0]:g}, {grid[-1]:g}] of "
-                f"{type(self).__name__}; declare wider bounds or clip the labels first."
-            )
 
     def _fit_mechanism(self, y):
         grid = self._grid()

@@ -9,7 +9,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..._kernels._philox import uniforms
 from ..._kernels._sampling import categorical_rows, exponent_groups
-from .._base import BaseDiscreteMechanism
+from .._base import OUT_OF_BOUNDS_CONSTRAINT, BaseDiscreteMechanism
 from .._registry import register_mechanism
 from .._validation import check_bounds, check_labels_in_bounds
 from ._core import (
@@ -77,6 +77,7 @@ class _QuantizationBase(BaseDiscreteMechanism):
         "bounds": [tuple, list, None],
         "prior": [tuple, list, None],
         "objective": [StrOptions(set(OBJECTIVES))],
+        "out_of_bounds": OUT_OF_BOUNDS_CONSTRAINT,
     }
     # Probabilities down to e^-20 are represented faithfully by the sampler.
     _max_epsilon = 20.0
@@ -84,8 +85,8 @@ class _QuantizationBase(BaseDiscreteMechanism):
     def _public_bounds(self):
         return check_bounds(self.bounds, owner=type(self).__name__)
 
-    def _check_label_values(self, y):
-        check_labels_in_bounds(y, self._public_bounds())
+    def _label_range(self):
+        return self._public_bounds()
 
     def _check_public_inputs(self):
         lo, hi = self._public_bounds()
@@ -151,6 +152,9 @@ _COMMON_DOC = """    bounds : tuple (lo, hi)
         Error reported in ``expected_error_`` and minimised by the optimised
         mechanisms and margins: squared error (the variance, what matters
         for training with squared loss) or absolute error (002's measure).
+    out_of_bounds : {'raise', 'clip'}, default='raise'
+        Labels outside the declared bounds (or domain) raise ``ValueError``
+        before anything is spent; ``'clip'`` clips them to the bounds first.
     accountant : BudgetAccountant, optional
         Charged with every release.
     random_state : None or int, default=None
@@ -257,9 +261,10 @@ class RandomizedQuantization(_BinsMixin, _QuantizationBase):
 
     def __init__(
         self, epsilon=1.0, *, bounds=None, bins=None, selection=None, prior=None,
-        objective="squared", accountant=None, random_state=None,
+        objective="squared", out_of_bounds="raise", accountant=None, random_state=None,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
+        self.out_of_bounds = out_of_bounds
         self.bounds = bounds
         self.bins = bins
         self.selection = selection
@@ -529,9 +534,10 @@ class RQM(_FamilyBase):
 
     def __init__(
         self, epsilon=1.0, *, bounds=None, bins=4, margin="auto", q="auto", prior=None,
-        objective="squared", accountant=None, random_state=None,
+        objective="squared", out_of_bounds="raise", accountant=None, random_state=None,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
+        self.out_of_bounds = out_of_bounds
         self.bounds = bounds
         self.bins = bins
         self.margin = margin
@@ -608,9 +614,10 @@ class ERM(_FamilyBase):
 
     def __init__(
         self, epsilon=1.0, *, bounds=None, bins=4, margin="auto", gamma="auto", prior=None,
-        objective="squared", accountant=None, random_state=None,
+        objective="squared", out_of_bounds="raise", accountant=None, random_state=None,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
+        self.out_of_bounds = out_of_bounds
         self.bounds = bounds
         self.bins = bins
         self.margin = margin
@@ -721,9 +728,10 @@ class OPTM(_BinsMixin, _QuantizationBase):
 
     def __init__(
         self, epsilon=1.0, *, bounds=None, bins=4, prior=None, objective="squared",
-        accountant=None, random_state=None,
+        out_of_bounds="raise", accountant=None, random_state=None,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
+        self.out_of_bounds = out_of_bounds
         self.bounds = bounds
         self.bins = bins
         self.prior = prior
@@ -807,9 +815,10 @@ class MVU(_QuantizationBase):
 
     def __init__(
         self, epsilon=1.0, *, bounds=None, outputs=4, grid_size=16, prior=None,
-        objective="squared", accountant=None, random_state=None,
+        objective="squared", out_of_bounds="raise", accountant=None, random_state=None,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
+        self.out_of_bounds = out_of_bounds
         self.bounds = bounds
         self.outputs = outputs
         self.grid_size = grid_size

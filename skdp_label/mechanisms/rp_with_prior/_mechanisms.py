@@ -96,6 +96,9 @@ class RPWithPrior(BasePriorMechanism):
     granularity : float or 'auto', default='auto'
         Grid step, a power of two. ``'auto'``: at least 1024 steps over the
         prior's range (``bounds``).
+    out_of_bounds : {'raise', 'clip'}, default='raise'
+        Labels outside the declared bounds (or domain) raise ``ValueError``
+        before anything is spent; ``'clip'`` clips them to the bounds first.
     accountant : BudgetAccountant, optional
         Charged with the histogram and with every release.
     random_state : None or int, default=None
@@ -171,10 +174,12 @@ class RPWithPrior(BasePriorMechanism):
         n_bins=None,
         prior_epsilon="auto",
         granularity="auto",
+        out_of_bounds="raise",
         accountant=None,
         random_state=None,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
+        self.out_of_bounds = out_of_bounds
         self.zeta = zeta
         self.loss = loss
         self.prior = prior
@@ -332,6 +337,9 @@ class RRWithPriorRegression(BasePriorMechanism):
         Grid step on ``bounds``.
     prior_epsilon : 'auto' or float, default='auto'
         Budget of the private prior (``sqrt(|Y| / n)``, at most half).
+    out_of_bounds : {'raise', 'clip'}, default='raise'
+        Labels outside the declared bounds (or domain) raise ``ValueError``
+        before anything is spent; ``'clip'`` clips them to the bounds first.
     accountant : BudgetAccountant, optional
         Charged with the histogram and with every release.
     random_state : None or int, default=None
@@ -378,10 +386,12 @@ class RRWithPriorRegression(BasePriorMechanism):
         bounds=None,
         resolution=None,
         prior_epsilon="auto",
+        out_of_bounds="raise",
         accountant=None,
         random_state=None,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
+        self.out_of_bounds = out_of_bounds
         self.prior = prior
         self.domain = domain
         self.bounds = bounds

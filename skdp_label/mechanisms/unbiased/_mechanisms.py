@@ -10,7 +10,7 @@ from threadpoolctl import threadpool_limits
 
 from ..._kernels._philox import uniforms
 from ..._kernels._sampling import randomized_response_indices, rr_constants, rr_flip_probability
-from .._base import BaseDiscreteMechanism
+from .._base import OUT_OF_BOUNDS_CONSTRAINT, OUT_OF_BOUNDS_DOC, BaseDiscreteMechanism
 from .._prior import BasePriorMechanism, resolve_domain
 from .._registry import register_mechanism
 from .._validation import check_bounds
@@ -61,6 +61,12 @@ class _UnbiasedRoundingMixin:
         n = auto_grid_size(float(self.epsilon)) if self.grid_size == "auto" else int(self.grid_size)
         return np.linspace(lo, hi, n)
 
+    def _label_range(self):
+        # Randomized rounding is unbiased only inside the grid (or a public
+        # prior's support): its ends, not wider bounds, are the range.
+        values = self._domain()[0]
+        return float(values[0]), float(values[-1])
+
     def _round_labels(self, y, rng):
         # Unbiased randomized rounding (001 §3), one uniform per label from
         # the release's generator: E[grid value] = y for y inside the grid.
@@ -84,7 +90,7 @@ _GRID_DOC = """    domain : array-like, optional
         Number of evenly spaced grid points over ``bounds`` instead of a
         ``resolution``; ``'auto'`` picks it from ``epsilon`` (see
         :func:`auto_grid_size`).
-"""
+""" + OUT_OF_BOUNDS_DOC.format()
 
 
 @register_mechanism("unbiased", "optimal-unbiased", task="regression")
@@ -185,10 +191,12 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
         grid_size=None,
         outputs="continuous",
         prior_epsilon="auto",
+        out_of_bounds="raise",
         accountant=None,
         random_state=None,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
+        self.out_of_bounds = out_of_bounds
         self.prior = prior
         self.domain = domain
         self.bounds = bounds
@@ -301,17 +309,22 @@ class DebiasedRR(_UnbiasedRoundingMixin, BaseDiscreteMechanism):
         "bounds": [tuple, list, None],
         "resolution": [Interval(Real, 0, None, closed="neither"), None],
         "grid_size": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"}), None],
+        "out_of_bounds": OUT_OF_BOUNDS_CONSTRAINT,
     }
 
     def __init__(
         self, epsilon=1.0, *, domain=None, bounds=None, resolution=None, grid_size=None,
-        accountant=None, random_state=None,
+        out_of_bounds="raise", accountant=None, random_state=None,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
+        self.out_of_bounds = out_of_bounds
         self.domain = domain
         self.bounds = bounds
         self.resolution = resolution
         self.grid_size = grid_size
+
+    def _domain(self):
+        return self._grid(), None
 
     def _fit_mechanism(self, y):
         values = self._grid()
