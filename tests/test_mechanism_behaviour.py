@@ -130,7 +130,7 @@ def test_string_classes():
     rr = RandomizedResponse(1.0, classes=["b", "a", "c"], random_state=0)
     out = rr.fit_transform(np.array(["a", "b", "c", "a"]))
     assert set(out) <= {"a", "b", "c"}
-    assert list(rr.input_values_) == ["a", "b", "c"]
+    assert list(rr.input_values_) == ["b", "a", "c"]  # the declared order
 
 
 def test_fitted_objects_keep_no_labels():

@@ -5,7 +5,16 @@ from numbers import Number, Real
 
 import numpy as np
 
-__all__ = ["check_bounds", "check_labels_in_bounds", "check_classes", "check_integer_labels"]
+from ..utils._repr import format_number, public_repr
+
+__all__ = [
+    "check_bounds",
+    "check_labels_in_bounds",
+    "check_classes",
+    "check_integer_labels",
+    "contiguous_integer_classes",
+    "encode_classes",
+]
 
 # Integer labels and bounds stay exact in float64 up to 2**53; at most 2**52
 # keeps the span hi - lo exact too.
@@ -23,44 +32,41 @@ def check_bounds(bounds, name="bounds", *, integer=False, owner=""):
     try:
         lo, hi = bounds
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a pair (lo, hi), got {bounds!r}.") from None
+        raise ValueError(f"{name} must be a pair (lo, hi), got {public_repr(bounds)}.") from None
     for v in (lo, hi):
         if not isinstance(v, Real) or isinstance(v, bool) or not math.isfinite(v):
-            raise ValueError(f"{name} must hold two finite numbers, got {bounds!r}.")
+            raise ValueError(f"{name} must hold two finite numbers, got {public_repr(bounds)}.")
     if not lo < hi:
-        raise ValueError(f"{name}=(lo, hi) needs lo < hi, got {bounds!r}.")
+        raise ValueError(f"{name}=(lo, hi) needs lo < hi, got {public_repr(bounds)}.")
     span = float(hi) - float(lo)
     # A span that overflows or is subnormal makes grid steps, sensitivities
     # and score scales inf or imprecise: refuse it before anything is spent.
     if not (math.isfinite(span) and span >= np.finfo(float).tiny):
         raise ValueError(
             f"{name}=(lo, hi) must have a span hi - lo that is a positive normal finite "
-            f"float64, got {bounds!r}; rescale the labels."
+            f"float64, got {public_repr(bounds)}; rescale the labels."
         )
     if integer:
         if lo != int(lo) or hi != int(hi):
-            raise ValueError(f"{name} must be integers for an integer-valued mechanism, got {bounds!r}.")
+            raise ValueError(f"{name} must be integers for an integer-valued mechanism, got {public_repr(bounds)}.")
         if max(abs(lo), abs(hi)) > _MAX_EXACT_INTEGER:
             raise ValueError(
                 f"{name} of an integer-valued mechanism must be at most 2**52 in magnitude "
-                f"(integers above are not exact in float64), got {bounds!r}."
+                f"(integers above are not exact in float64), got {public_repr(bounds)}."
             )
     return float(lo), float(hi)
 
 
 def check_labels_in_bounds(y, bounds):
-    """Raise if a label lies outside the declared bounds (before any noise).
+    """Raise if a value lies outside the declared bounds.
 
-    The message gives the count and the first position, never a value: the
-    labels are private.
+    The message gives no value, count or position (labels are private).
     """
     lo, hi = bounds
-    bad = (y < lo) | (y > hi)
-    if np.any(bad):
+    if np.any((y < lo) | (y > hi)):
         raise ValueError(
-            f"{int(bad.sum())} label(s) lie outside the declared bounds ({lo:g}, {hi:g}) "
-            f"(first at position {int(np.flatnonzero(bad.ravel())[0])}). Clip them to the "
-            "public bounds before randomizing, or declare wider bounds."
+            f"some values lie outside the declared bounds ({format_number(lo)}, "
+            f"{format_number(hi)}); declare wider bounds or clip them first."
         )
 
 
@@ -70,7 +76,11 @@ def check_integer_labels(y):
 
 
 def check_classes(classes, owner=""):
-    """Validate the declared public classes; return them sorted and unique."""
+    """Validate the declared public classes; return them in the declared order.
+
+    The order is the user's (an ordered categorical keeps its order): it is
+    the order of ``classes_``, of a public ``prior`` and of probability columns.
+    """
     where = f"{owner} " if owner else ""
     if classes is None:
         raise ValueError(
@@ -79,38 +89,49 @@ def check_classes(classes, owner=""):
         )
     classes = np.asarray(classes)
     if classes.ndim != 1 or classes.shape[0] < 2:
-        raise ValueError(f"classes must be a 1-D list of at least two values, got {classes!r}.")
+        raise ValueError(
+            f"classes must be a 1-D list of at least two values, got {public_repr(classes)}."
+        )
     uniq = np.unique(classes)
     if uniq.shape[0] != classes.shape[0]:
         raise ValueError("classes must not contain duplicates.")
     if uniq.dtype.kind == "f" and not np.all(np.isfinite(uniq)):
         raise ValueError("classes must be finite.")
-    return uniq
+    return classes
+
+
+def contiguous_integer_classes(classes):
+    """(lo, k) if ``classes`` are the integers lo, lo+1, ..., lo+k-1 in this order."""
+    if classes.dtype.kind not in "iu":
+        return None
+    lo, k = int(classes[0]), classes.shape[0]
+    if np.array_equal(classes, np.arange(lo, lo + k)):
+        return lo, k
+    return None
 
 
 def encode_classes(y, classes):
-    """Codes of ``y`` in the sorted ``classes``; raise on unknown labels."""
+    """Codes of ``y`` in ``classes`` (declared order); raise on unknown labels."""
     if y.dtype == object:
         for value in y.ravel():
             if not isinstance(value, (str, Number, np.generic)):
                 raise TypeError(
                     f"label argument must be a string or a number, got {type(value).__name__}."
                 )
-    if classes.dtype.kind in "iuf" and y.dtype.kind in "iuf":
-        lo = classes[0]
-        if classes.dtype.kind in "iu" and classes[-1] - lo == classes.shape[0] - 1:
-            # Contiguous integer classes: codes by subtraction (the common case).
-            codes = np.asarray(y, dtype=np.int64) - np.int64(lo)
-            ok = (y == np.round(y)) & (codes >= 0) & (codes < classes.shape[0])
-            if ok.all():
-                return codes
-    codes = np.searchsorted(classes, y)
-    codes = np.clip(codes, 0, classes.shape[0] - 1)
-    unknown = classes[codes] != y
-    if np.any(unknown):
-        # Count and position only: the offending value is a private label.
+    contiguous = contiguous_integer_classes(classes)
+    if contiguous is not None and y.dtype.kind in "iuf":
+        # Contiguous integer classes: codes by subtraction (the common case).
+        codes = np.asarray(y, dtype=np.int64) - np.int64(contiguous[0])
+        ok = (y == np.round(y)) & (codes >= 0) & (codes < contiguous[1])
+        if ok.all():
+            return codes
+    order = np.argsort(classes, kind="stable")
+    sorted_classes = classes[order]
+    position = np.clip(np.searchsorted(sorted_classes, y), 0, classes.shape[0] - 1)
+    if np.any(sorted_classes[position] != y):
+        # Neither the value, nor a count, nor a position: all are label statistics.
         raise ValueError(
-            f"{int(unknown.sum())} label(s) are not among the {classes.shape[0]} declared "
-            f"classes (first at position {int(np.flatnonzero(unknown.ravel())[0])})."
+            f"some labels are not among the {classes.shape[0]} declared classes; declare "
+            "every possible class (classes are public knowledge, never read from the labels)."
         )
-    return codes.astype(np.int64)
+    return order[position].astype(np.int64)

@@ -13,7 +13,7 @@ from ..._kernels._sampling import (
 )
 from .._base import BaseDiscreteMechanism
 from .._registry import register_mechanism
-from .._validation import check_classes, encode_classes
+from .._validation import check_classes, contiguous_integer_classes, encode_classes
 
 __all__ = ["RandomizedResponse", "randomized_response_matrix"]
 
@@ -52,7 +52,7 @@ class RandomizedResponse(BaseDiscreteMechanism):
     Attributes
     ----------
     input_values_, output_values_ : ndarray of shape (k,)
-        The sorted classes.
+        The classes, in their declared order.
     transition_matrix_ : ndarray of shape (k, k)
         Exact output distribution for each input class.
     epsilon_spent_ : float
@@ -78,16 +78,10 @@ class RandomizedResponse(BaseDiscreteMechanism):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.classes = classes
 
-    def _contiguous_integer_classes(self, classes):
-        """(lo, k) if the classes are the integers lo..lo+k-1, else None."""
-        if classes.dtype.kind in "iu" and int(classes[-1]) - int(classes[0]) == classes.shape[0] - 1:
-            return int(classes[0]), classes.shape[0]
-        return None
-
     def _check_label_values(self, y):
         classes = check_classes(self.classes, owner=type(self).__name__)
         flat = y.ravel()
-        contiguous = self._contiguous_integer_classes(classes)
+        contiguous = contiguous_integer_classes(classes)
         if contiguous is not None and flat.dtype.kind in "iuf":
             lo, k = contiguous
             if not count_outside(flat, lo, lo + k - 1, True):
@@ -105,7 +99,7 @@ class RandomizedResponse(BaseDiscreteMechanism):
         # The flip probability, not 1 - P(keep): an exact Bernoulli of it
         # keeps the off-diagonal mass right at any epsilon.
         c = rr_constants(k, rr_flip_probability(k, float(self.epsilon)))
-        contiguous = self._contiguous_integer_classes(self.input_values_)
+        contiguous = contiguous_integer_classes(self.input_values_)
         if contiguous is not None and y.dtype.kind in "iuf":
             # Labels were validated: they are the integers lo..lo+k-1.
             return randomized_response_contiguous(y, rng, contiguous[0], k, c)

@@ -24,7 +24,7 @@ _COMMON_PARAMETERS = """
         The public list of classes (any sortable values, e.g. strings).
         Required: it is never read off the labels.
 {extra}    prior : array-like of shape (n_classes,), optional
-        Public prior over ``classes`` (in their sorted order) used by
+        Public prior over ``classes`` (in their declared order) used by
         ``transform``; ``None`` is uniform. Per-example priors go to
         :meth:`randomize`. A prior must not be computed from the labels
         being randomized unless its cost is accounted separately.
@@ -38,7 +38,7 @@ _COMMON_PARAMETERS = """
     Attributes
     ----------
     input_values_, output_values_ : ndarray of shape (n_classes,)
-        The sorted classes.
+        The classes, in their declared order.
     k_ : int
         Size of the top-k set for the public ``prior``.
     top_k_ : ndarray of shape (k,)
