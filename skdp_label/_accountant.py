@@ -37,6 +37,7 @@ import weakref
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from numbers import Integral, Real
+from .utils._repr import public_repr
 
 __all__ = ["BudgetAccountant", "BudgetExceededError", "LedgerEntry", "LedgerUnavailableError"]
 
@@ -103,9 +104,9 @@ class LedgerEntry:
 
 def _check_cost(value, name):
     if not isinstance(value, Real) or isinstance(value, bool) or math.isnan(value):
-        raise ValueError(f"{name} must be a real number, got {value!r}.")
+        raise ValueError(f"{name} must be a real number, got {public_repr(value)}.")
     if value < 0:
-        raise ValueError(f"{name} must be non-negative, got {value!r}.")
+        raise ValueError(f"{name} must be non-negative, got {public_repr(value)}.")
     return float(value)
 
 
@@ -380,14 +381,14 @@ class BudgetAccountant:
             or math.isnan(epsilon)
             or epsilon <= 0
         ):
-            raise ValueError(f"epsilon must be a positive number, got {epsilon!r}.")
+            raise ValueError(f"epsilon must be a positive number, got {public_repr(epsilon)}.")
         if (
             not isinstance(delta, Real)
             or isinstance(delta, bool)
             or math.isnan(delta)
             or not 0 <= delta < 1
         ):
-            raise ValueError(f"delta must be in [0, 1), got {delta!r}.")
+            raise ValueError(f"delta must be in [0, 1), got {public_repr(delta)}.")
         self._epsilon = float(epsilon)
         self._delta = float(delta)
         self._owner_pid = None
@@ -637,7 +638,9 @@ class BudgetAccountant:
         epsilon = _check_cost(epsilon, "epsilon")
         delta = _check_cost(delta, "delta")
         if not isinstance(n_labels, Integral) or isinstance(n_labels, bool) or n_labels < 0:
-            raise ValueError(f"n_labels must be a non-negative integer, got {n_labels!r}.")
+            raise ValueError(
+                f"n_labels must be a non-negative integer, got {public_repr(n_labels)}."
+            )
         if group is not None and not isinstance(group, str):
             raise ValueError(f"group must be a token from disjoint_group or None, got {group!r}.")
         release_id = fingerprint = None

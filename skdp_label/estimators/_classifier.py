@@ -18,6 +18,7 @@ from ..utils._random import derive_random_state
 from ._base import BaseLabelDPEstimator
 from ._cluster_prior import cluster_priors, feature_clusters
 from ._multistage import in_top_k, partition_stages, stage_fractions
+from ..utils._repr import public_repr
 
 __all__ = ["LabelDPClassifier"]
 
@@ -203,7 +204,8 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             return 0.0
         if not self.prior_epsilon < self.epsilon:
             raise ValueError(
-                f"prior_epsilon={self.prior_epsilon!r} must be less than epsilon={self.epsilon!r}."
+                f"prior_epsilon={public_repr(self.prior_epsilon)} must be less than "
+                f"epsilon={public_repr(self.epsilon)}."
             )
         return float(self.prior_epsilon)
 

@@ -20,6 +20,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._kernels._sampling import staircase_noise
 from ._base import OUT_OF_BOUNDS_CONSTRAINT, BaseDiscreteMechanism
 from ._validation import check_bounds
+from ..utils._repr import public_repr
 
 __all__ = [
     "BasePriorMechanism",
@@ -106,7 +107,7 @@ def split_epsilon(epsilon, prior_epsilon, n_labels, domain_size):
         if not 0 < eps1 < epsilon:
             raise ValueError(
                 f"prior_epsilon must be in (0, epsilon={epsilon:g}) when the prior is "
-                f"estimated from the labels; got {prior_epsilon!r}."
+                f"estimated from the labels; got {public_repr(prior_epsilon)}."
             )
     return eps1, epsilon - eps1
 

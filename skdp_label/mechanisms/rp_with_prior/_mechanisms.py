@@ -6,6 +6,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ...utils._repr import public_repr
 from .._prior import BasePriorMechanism
 from .._registry import register_mechanism
 from .._validation import check_bounds
@@ -222,11 +223,12 @@ class RPWithPrior(BasePriorMechanism):
         g = float(self.granularity)
         if math.frexp(g)[0] != 0.5:
             raise ValueError(
-                f"granularity must be a power of two (the grid must hold exact floats); got {g!r}."
+                "granularity must be a power of two (the grid must hold exact floats); "
+                f"got {public_repr(g)}."
             )
         if (nodes[-1] - nodes[0]) / g > _MAX_GRID_VALUES:
             raise ValueError(
-                f"granularity={g!r} gives more than {_MAX_GRID_VALUES} grid values over the "
+                f"granularity={public_repr(g)} gives more than {_MAX_GRID_VALUES} grid values over the "
                 "prior's range; choose a coarser grid."
             )
         return g

@@ -52,6 +52,7 @@ import math
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve, lstsq
+from ...utils._repr import public_repr
 
 __all__ = [
     "optimal_unbiased_continuous",
@@ -93,7 +94,7 @@ def feasible_output_set(values, epsilon, n_outputs):
     array([-0.582,  0.5  ,  1.582])
     """
     if int(n_outputs) != n_outputs or n_outputs < 2:
-        raise ValueError(f"n_outputs must be an integer >= 2, got {n_outputs!r}.")
+        raise ValueError(f"n_outputs must be an integer >= 2, got {public_repr(n_outputs)}.")
     phi = debiased_rr_outputs(values, epsilon)
     return np.linspace(phi.min(), phi.max(), int(n_outputs))
 
@@ -348,7 +349,9 @@ def check_exact_mechanism(y, outputs, matrix, epsilon, *, rtol=1e-9):
         raise RuntimeError("transition matrix has a non-positive column entry")
     log_ratio = np.log(matrix.max(axis=0)) - np.log(matrix.min(axis=0))
     if log_ratio.max() > epsilon * (1.0 + rtol):
-        raise RuntimeError(f"transition matrix is not epsilon-DP (log ratio {log_ratio.max()!r})")
+        raise RuntimeError(
+            f"transition matrix is not epsilon-DP (log ratio {public_repr(log_ratio.max())})"
+        )
     if np.abs(matrix.sum(axis=1) - 1.0).max() > 1e-12:
         raise RuntimeError("transition matrix rows do not sum to 1")
     span = float(y.max() - y.min()) if y.size > 1 else 1.0
