@@ -51,6 +51,8 @@ _HEADER_KEYS = {"record", "format", "version", "ledger_id", "epsilon", "delta"}
 _ENTRY_KEYS = {"record", "description", "n_labels", "epsilon", "delta", "group"}
 # Keyed releases (skdp_label.release) also record their id and fingerprint.
 _RELEASE_KEYS = {"release_id", "release_fingerprint"}
+# Optional public context of a release (strings or numbers only).
+_DETAIL_KEYS = ("estimator", "mechanism", "step", "stage", "column")
 
 
 class BudgetExceededError(RuntimeError):
@@ -91,6 +93,9 @@ class LedgerEntry:
         For keyed releases: the release id and a fingerprint of what it
         releases (mechanism, public parameters, rows). A retry of the same
         release is not charged again.
+    details : dict or None
+        Public context of the release, for readable reports: any of
+        ``estimator``, ``mechanism``, ``step``, ``stage``, ``column``.
     """
 
     description: str
@@ -100,6 +105,19 @@ class LedgerEntry:
     group: str | None = None
     release_id: str | None = None
     release_fingerprint: str | None = None
+    details: dict | None = None
+
+
+def _check_details(details):
+    """Validate the public context of a release (None or a small flat dict)."""
+    if details is None:
+        return None
+    if not isinstance(details, dict) or not set(details) <= set(_DETAIL_KEYS):
+        raise ValueError(f"details must be a dict with keys among {', '.join(_DETAIL_KEYS)}.")
+    for value in details.values():
+        if not (value is None or isinstance(value, (str, int, float)) and not isinstance(value, bool)):
+            raise ValueError("details values must be strings, numbers or None.")
+    return dict(details)
 
 
 def _check_cost(value, name):
@@ -146,6 +164,8 @@ def _entry_line(entry):
     record = asdict(entry)
     if entry.release_id is None:  # the format of ordinary releases is unchanged
         del record["release_id"], record["release_fingerprint"]
+    if entry.details is None:
+        del record["details"]
     record["record"] = "release"
     record["epsilon"] = _encode_number(entry.epsilon)
     record["delta"] = _encode_number(entry.delta)
@@ -198,8 +218,10 @@ def _parse_ledger(data, path):
     entries = []
     for number, record in enumerate(records[1:], start=2):
         try:
-            if set(record) not in (_ENTRY_KEYS, _ENTRY_KEYS | _RELEASE_KEYS) or record["record"] != "release":
+            keys = set(record) - {"details"}
+            if keys not in (_ENTRY_KEYS, _ENTRY_KEYS | _RELEASE_KEYS) or record["record"] != "release":
                 raise ValueError("not a release record")
+            details = _check_details(record.get("details"))
             release_id = record.get("release_id")
             fingerprint = record.get("release_fingerprint")
             if not all(v is None or isinstance(v, str) for v in (release_id, fingerprint)):
@@ -220,6 +242,7 @@ def _parse_ledger(data, path):
                     group,
                     release_id,
                     fingerprint,
+                    details,
                 )
             )
         except ValueError:
@@ -598,7 +621,9 @@ class BudgetAccountant:
                 f"exceeds the budget epsilon={self._epsilon:g}, delta={self._delta:g}."
             )
 
-    def spend(self, epsilon, delta=0.0, *, n_labels, description, group=None, release=None):
+    def spend(
+        self, epsilon, delta=0.0, *, n_labels, description, group=None, release=None, details=None
+    ):
         """Record a release, or raise if it would exceed the budget.
 
         Reading the ledger, checking the budget and appending the entry are
@@ -621,6 +646,10 @@ class BudgetAccountant:
             the same release hands out nothing new and is not charged again;
             the same id with another fingerprint is refused (``ValueError``),
             since it would reuse the noise on other labels or parameters.
+        details : dict, optional
+            Public context shown by :meth:`to_records` / :meth:`to_frame`:
+            any of ``estimator``, ``mechanism``, ``step``, ``stage``,
+            ``column`` (strings or numbers; never labels).
 
         Returns
         -------
@@ -646,8 +675,10 @@ class BudgetAccountant:
         release_id = fingerprint = None
         if release is not None:
             release_id, fingerprint = (str(v) for v in release)
+        details = _check_details(details)
         entry = LedgerEntry(
-            str(description), int(n_labels), epsilon, delta, group, release_id, fingerprint
+            str(description), int(n_labels), epsilon, delta, group, release_id, fingerprint,
+            details,
         )
         line = _entry_line(entry)
         with self._open_ledger(exclusive=True) as (f, entries):
@@ -720,6 +751,8 @@ class BudgetAccountant:
         -------
         records : list of dict
             Keys: ``release`` (1-based position), ``description``,
+            ``estimator``, ``mechanism``, ``step``, ``stage``, ``column``
+            (public context, None when not given),
             ``n_labels``, ``epsilon``, ``delta``, ``group`` (the disjoint
             group's name without its random suffix, or None), ``group_id``
             (the full token), ``release_id`` and ``release_fingerprint``
@@ -737,6 +770,8 @@ class BudgetAccountant:
         records = []
         for i, e in enumerate(self.ledger, start=1):
             record = {"release": i, **asdict(e)}
+            details = record.pop("details") or {}
+            record.update({key: details.get(key) for key in _DETAIL_KEYS})
             record["group_id"] = e.group
             # A group token is "<name>#<uuid4 hex>": the uuid only keeps tokens unique.
             record["group"] = None if e.group is None else e.group.rsplit("#", 1)[0]
@@ -758,8 +793,8 @@ class BudgetAccountant:
                 "BudgetAccountant.to_frame needs pandas (`pip install pandas`); "
                 "to_records() and to_json() do not."
             ) from exc
-        columns = ["release", "description", "n_labels", "epsilon", "delta", "group",
-                   "group_id", "release_id", "release_fingerprint"]
+        columns = ["release", "description", *_DETAIL_KEYS, "n_labels", "epsilon", "delta",
+                   "group", "group_id", "release_id", "release_fingerprint"]
         return pd.DataFrame(self.to_records(), columns=columns)
 
     def to_json(self, path=None):

@@ -389,6 +389,7 @@ class KeyedRelease:
                 epsilon, delta, n_labels=n_rows,
                 description=f"keyed release {self.release_id}: {type(mech).__name__}",
                 release=(self.release_id, self._fingerprint(n_rows)),
+                details={"mechanism": type(mech).__name__, "step": "keyed release"},
             )
             self.ledger_entries_ = [
                 e.__dict__ for e in self.accountant.ledger if e.release_id == self.release_id

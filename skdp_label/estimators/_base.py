@@ -85,7 +85,7 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
         if isinstance(self.mechanism, str):
             params = {k: v for k, v in public.items() if v is not None}
             params.update(getattr(self, "mechanism_params", None) or {})
-            return make_mechanism(
+            mech = make_mechanism(
                 self.mechanism,
                 task=self._task,
                 epsilon=epsilon,
@@ -93,14 +93,18 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
                 random_state=random_state,
                 **params,
             )
-        mech = clone(self.mechanism)
-        updates = {"epsilon": epsilon, "random_state": random_state}
-        # Public inputs the instance leaves unset (e.g. classes) are filled in.
-        own = mech.get_params(deep=False)
-        updates.update({k: v for k, v in public.items() if k in own and own[k] is None})
-        if accountant is not None:
-            updates["accountant"] = accountant
-        return mech.set_params(**updates)
+        else:
+            mech = clone(self.mechanism)
+            updates = {"epsilon": epsilon, "random_state": random_state}
+            # Public inputs the instance leaves unset (e.g. classes) are filled in.
+            own = mech.get_params(deep=False)
+            updates.update({k: v for k, v in public.items() if k in own and own[k] is None})
+            if accountant is not None:
+                updates["accountant"] = accountant
+            mech.set_params(**updates)
+        # Named in the ledger rows the mechanism writes (public context).
+        mech._ledger_context = {"estimator": type(self).__name__}
+        return mech
 
     # -- checks before any budget is spent -------------------------------------
     def _check_inputs_before_spending(self, X, y, fit_params):

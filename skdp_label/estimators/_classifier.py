@@ -256,6 +256,8 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             ).set_params(accountant=None)
             for stage in range(n_stages)
         ]
+        for stage, mech in enumerate(mechanisms):
+            mech._ledger_context["stage"] = stage + 1
         needs_priors = n_stages > 1 or self.prior == "clusters"
         if needs_priors and not hasattr(mechanisms[0], "randomize"):
             raise ValueError(
@@ -276,6 +278,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
                 accountant.spend(
                     eps_prior, n_labels=codes.shape[0],
                     description=f"{type(self).__name__}: cluster prior histograms",
+                    details={"estimator": type(self).__name__, "step": "cluster prior histograms"},
                 )
             priors, self.cluster_histograms_ = cluster_priors(
                 cluster_of, n_clusters, codes, classes.shape[0], eps_prior, rng
@@ -297,6 +300,8 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
                 accountant.spend(
                     cost[0], cost[1], n_labels=rows.shape[0], group=group,
                     description=f"{type(self).__name__} stage {stage + 1}: {type(mech).__name__}",
+                    details={"estimator": type(self).__name__, "mechanism": type(mech).__name__,
+                             "step": "randomized labels", "stage": stage + 1},
                 )
             mech.fit(y[rows])
             if stage_priors is None:

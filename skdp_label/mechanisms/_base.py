@@ -263,15 +263,24 @@ class BaseLabelMechanism(
         ``epsilon_spent_`` and ``delta_spent_`` are cumulative: everything
         this object has charged since it was constructed.
         """
+        context = dict(getattr(self, "_ledger_context", None) or {})
+        details = {**context, "mechanism": type(self).__name__, "step": step}
         if self.accountant is not None:
+            owner = f"{context['estimator']}: " if "estimator" in context else ""
             self.accountant.spend(
                 epsilon,
                 delta,
                 n_labels=n_labels,
-                description=f"{type(self).__name__}: {step}",
+                description=f"{owner}{type(self).__name__}: {step}",
+                details=details,
             )
         self.epsilon_spent_ = getattr(self, "epsilon_spent_", 0.0) + epsilon
         self.delta_spent_ = getattr(self, "delta_spent_", 0.0) + delta
+        # Costs and public context only (what privacy_report() shows).
+        self.charges_ = [
+            *getattr(self, "charges_", []),
+            {**details, "epsilon": float(epsilon), "delta": float(delta), "n_labels": int(n_labels)},
+        ]
 
     # -- scikit-learn API ---------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=True)
@@ -301,6 +310,7 @@ class BaseLabelMechanism(
             eps, delta = self._total_cost()
             self.accountant.check(eps * n_columns, delta * n_columns)
         self._fit_signature = None
+        self.__dict__.pop("charges_", None)  # charges_ lists this fit's charges, then its releases
         self._fit_mechanism(y2d)
         self._fit_signature = self._public_signature()
         return self
