@@ -1,6 +1,7 @@
 """skdp_label: scikit-learn tools for learning with label differential privacy."""
 
 from ._accountant import BudgetAccountant, BudgetExceededError, LedgerUnavailableError
+from ._report import PrivacyReport
 from .estimators import LabelDPClassifier, LabelDPRegressor
 from .utils import PrivacyLeakWarning
 
@@ -13,5 +14,6 @@ __all__ = [
     "LabelDPRegressor",
     "LedgerUnavailableError",
     "PrivacyLeakWarning",
+    "PrivacyReport",
     "__version__",
 ]

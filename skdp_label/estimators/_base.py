@@ -224,6 +224,26 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
         check_is_fitted(self)
         return getattr(self.estimator_, method)(X, **self._routed(method, params))
 
+    def _report_parts(self):
+        """(mechanisms, steps charged by the estimator itself, stages in parallel)."""
+        return [self.mechanism_], (), False
+
+    def privacy_report(self):
+        """The privacy cost of the last fit, step by step, and the noise level.
+
+        Returns
+        -------
+        report : PrivacyReport
+            ``epsilon`` and ``delta`` per label of the last fit, one row per
+            charged step (and stage), the mechanism's public parameters and
+            its expected noise level. Holds no labels or label statistics.
+        """
+        from .._report import mechanism_report
+
+        check_is_fitted(self)
+        mechanisms, extra, parallel = self._report_parts()
+        return mechanism_report(self, mechanisms, extra, parallel)
+
     @property
     def n_features_in_(self):
         """Number of features seen by the fitted base estimator."""

@@ -332,6 +332,16 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         self.stage_sizes_ = [int(r.shape[0]) for r in parts]
         return self
 
+    def _report_parts(self):
+        extra = []
+        if self.prior_epsilon_ > 0:
+            extra.append({
+                "stage": None, "step": "cluster prior histograms", "epsilon": self.prior_epsilon_,
+                "delta": 0.0, "n_labels": int(sum(self.stage_sizes_)),
+            })
+        # Stages randomize disjoint rows: they compose in parallel.
+        return self.mechanisms_, extra, True
+
     # -- prediction -------------------------------------------------------------------
     def predict(self, X, **predict_params):
         """Predicted classes.

@@ -352,6 +352,22 @@ class BaseLabelMechanism(
         check_is_fitted(self)
         return np.asarray(y)
 
+    def privacy_report(self):
+        """What this fitted mechanism charged, its public parameters and noise level.
+
+        Returns
+        -------
+        report : PrivacyReport
+            Costs of this fit and of the releases since (``steps``), epsilon
+            and delta per label, public parameters, and the expected noise
+            level from the public transition. Holds no labels or label
+            statistics; printable and picklable.
+        """
+        from .._report import mechanism_report
+
+        check_is_fitted(self)
+        return mechanism_report(self, [self])
+
     def get_feature_names_out(self, input_features=None):
         from sklearn.utils.validation import _check_feature_names_in
 

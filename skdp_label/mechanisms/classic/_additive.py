@@ -42,6 +42,7 @@ from ._noise import (
     staircase_alias_table,
     staircase_pmf,
     staircase_tail,
+    staircase_variance,
 )
 
 __all__ = ["Laplace", "DiscreteLaplace", "Staircase", "DiscreteStaircase", "Gaussian"]
@@ -251,6 +252,11 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
     def noise_pmf(self, z):
         """P(noise = z) in grid units (after ``fit``)."""
         return staircase_pmf(z, *self._staircase(self.sensitivity_units_))
+
+    def _noise_summary(self):
+        # Exact standard deviation of the (unclipped) noise, in label units.
+        var_units = staircase_variance(*self._staircase(self.sensitivity_units_))
+        return {"noise_std": math.sqrt(var_units) * self.granularity_, "clipped": bool(self.clip)}
 
 
 class _LaplaceFamily(BaseStaircaseFamily):
@@ -498,6 +504,9 @@ class Gaussian(BaseAdditiveMechanism):
         self.bounds = bounds
         self.clip = clip
         self.out_of_bounds = out_of_bounds
+
+    def _noise_summary(self):
+        return {"noise_std": float(self.sigma_), "clipped": bool(self.clip)}
 
     def _release_cost(self):
         return float(self.epsilon), float(self.delta)

@@ -43,6 +43,24 @@ def staircase_pmf(z, lam, width, r):
     return _p_zero(lam, width, r) * np.exp(-lam * (k + (j >= r)))
 
 
+def staircase_variance(lam, width, r):
+    """Var(Z) of the discrete staircase noise, in closed form over the blocks.
+
+    With z = k w + j (block k, offset j) and q = e^-lam, P(Z = z) is
+    p0 q^(k + [j >= r]); summing the geometric series in k leaves one sum
+    over the w offsets (the distribution is symmetric, so E[Z] = 0).
+    """
+    q = math.exp(-lam)
+    width = int(width)
+    s0 = 1.0 / -math.expm1(-lam)
+    s1 = q * s0 * s0
+    s2 = q * (1.0 + q) * s0**3
+    j = np.arange(width, dtype=np.float64)
+    weight = np.where(j < r, 1.0, q)
+    second = np.sum(weight * (width**2 * s2 + 2.0 * width * j * s1 + j**2 * s0))
+    return float(2.0 * _p_zero(lam, width, r) * second)
+
+
 def staircase_tail(m, lam, width, r):
     """P(Z >= m) for integer array ``m`` (any sign)."""
     m = np.asarray(m, dtype=np.int64)
