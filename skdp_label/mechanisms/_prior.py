@@ -148,7 +148,8 @@ class BasePriorMechanism(BaseDiscreteMechanism):
     ``prior_epsilon_`` (0 for a public prior), ``epsilon_spent_``.
 
     Subclasses that set ``_grid_family`` accept ``resolution='auto'``: the
-    grid over ``bounds`` then comes from :func:`auto_grid_points` (public
+    grid over ``bounds`` then comes from
+    :func:`~skdp_label.mechanisms.auto_grid_points` (public
     bounds, epsilon and, for a private prior, the number of labels).
     """
 
