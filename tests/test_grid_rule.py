@@ -16,6 +16,7 @@ from skdp_label.mechanisms import (
 from skdp_label.mechanisms._grid_rule import (
     GRID_FAMILIES,
     MAX_POINTS,
+    MIN_OUTPUT_POINTS,
     ROUNDING_SHARE,
     debiased_rr_mse,
     noise_points,
@@ -60,7 +61,7 @@ def test_rounding_bound_holds_and_the_grid_is_never_finer_than_needed(family):
             coarser = 1.0 / (k - 2)
             assert coarser**2 / 4 > rho * ref
         chosen = auto_grid_points(family, eps)
-        assert chosen == min(k, MAX_POINTS[family])
+        assert chosen == min(max(k, MIN_OUTPUT_POINTS.get(family, 2)), MAX_POINTS[family])
 
 
 def test_unbiased_rule_is_the_documented_formula():
@@ -157,7 +158,8 @@ def test_explicit_grids_keep_their_old_meaning():
     assert DebiasedRR(1.0, bounds=(0, 4), grid_size=7).fit([3.0]).input_values_.size == 7
     old = ExponentialMechanism(1.0, bounds=(0, 10), resolution=None).fit([3.0])
     assert old.input_values_.size == 101
-    assert ExponentialMechanism(1.0, bounds=(0, 10)).fit([3.0]).input_values_.size == 20
+    assert ExponentialMechanism(1.0, bounds=(0, 10)).fit([3.0]).input_values_.size == 101
+    assert ExponentialMechanism(30.0, bounds=(0, 10)).fit([3.0]).input_values_.size == 108
     # An explicit domain wins over the rule.
     for cls in MECHANISMS.values():
         mech = cls(1.0, bounds=(0, 10), domain=[0, 2.5, 10]).fit([2.5, 10.0])

@@ -45,9 +45,10 @@ class ExponentialMechanism(BaseDiscreteMechanism):
 
     Labels are first mapped to the nearest grid value (a per-label,
     data-independent step; a squared bias of at most ``step^2 / 4``). The
-    default grid (``resolution='auto'``) has the fewest evenly spaced points
-    over ``bounds`` for which that is at most 1% of the mechanism's smallest
-    mean squared error at ``epsilon`` (19 to 108 points; docs/grid.md).
+    default grid (``resolution='auto'``) has 101 evenly spaced points over
+    ``bounds`` (fewer over-weight the end points, which are outputs too),
+    more where the rounding bias would exceed 1% of the mechanism's smallest
+    mean squared error at ``epsilon`` (108 at epsilon = 30; docs/grid.md).
 
     Parameters
     ----------
