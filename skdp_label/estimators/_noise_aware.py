@@ -37,6 +37,10 @@ __all__ = [
     "effective_sample_size",
     "shrinkage_weight",
     "inverse_transition",
+    "noise_inverse",
+    "softmax",
+    "class_prior_epsilon",
+    "classification_plan",
 ]
 
 
@@ -204,23 +208,77 @@ def class_prior_epsilon(epsilon, n_samples, n_classes):
 def classification_plan(epsilon, n_samples, n_classes):
     """What ``LabelDPClassifier(mechanism='auto')`` does, from public inputs.
 
-    One stage of RRWithPrior whose prior is a private histogram of the
-    classes costing ``class_prior_epsilon(epsilon, n, K)``; the labels get
-    the rest. RRWithPrior then picks the k classes of largest prior mass that
-    maximise the probability of a correct noisy label (004, Lemma 1): k = K
-    (randomized response) when epsilon is large or the classes balanced, k = 1
-    (every noisy label is the majority class of the histogram, so the model
-    is the majority-class predictor) when epsilon is too small for the labels
-    to beat it, and a top-k set in between.
+    * If e^eps >= 3K + 1: plain randomized response, no prior. A prior can
+      only make RRWithPrior drop a class whose mass is below
+      1 / (e^eps + K - 1) (dropping it must beat the higher keep probability
+      of the smaller set), here under a quarter of the uniform mass 1 / K:
+      too little to gain for the budget the prior would take from the labels.
+    * Otherwise: one stage of RRWithPrior whose prior is a private histogram
+      of the classes costing ``class_prior_epsilon(epsilon, n, K)``; the
+      labels get the rest. RRWithPrior picks the k classes of largest prior
+      mass that maximise the probability of a correct noisy label (004,
+      Lemma 1): k = 1 when epsilon is too small for the labels to beat the
+      majority class (every noisy label is then the histogram's majority
+      class and the model is the majority-class predictor), a top-k set in
+      between, k = K for balanced classes.
 
     Returns
     -------
     plan : dict
         ``mechanism``, ``prior``, ``prior_epsilon`` and ``n_stages``.
+
+    Examples
+    --------
+    >>> from skdp_label.estimators._noise_aware import classification_plan
+    >>> classification_plan(8.0, 1000, 5)["mechanism"]
+    'rr'
+    >>> plan = classification_plan(0.5, 1000, 10)
+    >>> plan["prior"], round(plan["prior_epsilon"], 4)
+    ('class-frequencies', 0.1)
     """
+    if float(epsilon) >= math.log(3.0 * n_classes + 1.0):
+        return {"mechanism": "rr", "prior": "uniform", "prior_epsilon": 0.0, "n_stages": 1}
     return {
         "mechanism": "rr-with-prior",
         "prior": "class-frequencies",
         "prior_epsilon": class_prior_epsilon(epsilon, n_samples, n_classes),
         "n_stages": 1,
     }
+
+
+def noise_inverse(noise, classes=None):
+    """(classes, G) for a fitted classification mechanism or a transition matrix.
+
+    ``noise`` is a fitted mechanism with a square ``transition_matrix_`` over
+    its ``output_values_`` (RR, RR-Top-k, RRWithPrior with a public prior), or
+    a (K, K) matrix whose rows are the true classes in the order of
+    ``classes`` (default ``0 .. K-1``); ``None`` means clean labels. G's row
+    y~ is the debiased target of the noisy label y~ (:func:`inverse_transition`).
+    """
+    if noise is None:
+        if classes is None:
+            raise ValueError("without a noise model, classes must be given.")
+        classes = np.asarray(classes)
+        return classes, np.eye(classes.shape[0])
+    if hasattr(noise, "transition_matrix_"):
+        matrix = np.asarray(noise.transition_matrix_, dtype=np.float64)
+        if not np.array_equal(noise.input_values_, noise.output_values_):
+            raise ValueError(f"{type(noise).__name__} has no square transition over its classes.")
+        classes = np.asarray(noise.output_values_)
+    else:
+        matrix = np.asarray(noise, dtype=np.float64)
+        if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+            raise ValueError("noise must be a fitted mechanism or a square transition matrix.")
+        if not (np.all(matrix >= 0) and np.allclose(matrix.sum(axis=1), 1.0, atol=1e-9)):
+            raise ValueError("a transition matrix must have non-negative rows summing to 1.")
+        classes = np.arange(matrix.shape[0]) if classes is None else np.asarray(classes)
+        if classes.shape != (matrix.shape[0],):
+            raise ValueError(f"classes must list {matrix.shape[0]} classes, one per row of noise.")
+    return classes, inverse_transition(matrix)
+
+
+def softmax(logits):
+    """Row-wise softmax, shifted for stability."""
+    z = np.asarray(logits, dtype=np.float64)
+    z = np.exp(z - z.max(axis=1, keepdims=True))
+    return z / z.sum(axis=1, keepdims=True)
