@@ -15,6 +15,8 @@ standardised LogisticRegression and reports the mean test accuracy on the
 * ``clusters + correction``: the same, backward-corrected per cluster.
 * ``auto``: mechanism='auto' (private class histogram + RRWithPrior), corrected.
 * ``auto + shrinkage``: mechanism='auto', shrinkage='auto'.
+* ``RR, LP-RR-SGD``: mechanism='rr' with ``DebiasedSGDClassifier`` (004
+  Alg. 5) as the base model, on features standardised beforehand.
 * ``majority`` (the true training labels' majority class, not private) and
   ``non-private`` (the model on true labels), as references.
 
@@ -34,6 +36,7 @@ from threadpoolctl import threadpool_limits
 
 from _datasets import load_classification
 from skdp_label import LabelDPClassifier
+from skdp_label.estimators import DebiasedSGDClassifier
 from skdp_label.utils import PrivacyLeakWarning
 
 EPSILONS = (0.05, 0.1, 0.3, 0.5, 1.0, 2.0, 4.0, 8.0)
@@ -45,6 +48,7 @@ METHODS = {
     "clusters + correction": dict(CLUSTERS),
     "auto": dict(mechanism="auto"),
     "auto + shrinkage": dict(mechanism="auto", shrinkage="auto"),
+    "RR, LP-RR-SGD": dict(mechanism="rr"),
 }
 
 
@@ -61,11 +65,15 @@ def run(name, seeds=(0, 1, 2), epsilons=EPSILONS):
         values, counts = np.unique(y_tr, return_counts=True)
         refs["majority"].append(float(np.mean(y_te == values[np.argmax(counts)])))
         refs["non-private"].append(float(model().fit(X_tr, y_tr).score(X_te, y_te)))
+        scaler = StandardScaler().fit(X_tr)  # public features
         for e, eps in enumerate(epsilons):
             for method, params in METHODS.items():
-                clf = LabelDPClassifier(model(), epsilon=eps, classes=classes,
+                sgd = method.endswith("SGD")
+                base = DebiasedSGDClassifier(alpha=1e-3, random_state=seed) if sgd else model()
+                clf = LabelDPClassifier(base, epsilon=eps, classes=classes,
                                         random_state=1000 * seed + e, **params)
-                table[method][s, e] = np.mean(clf.fit(X_tr, y_tr).predict(X_te) == y_te)
+                Xa, Xb = (scaler.transform(X_tr), scaler.transform(X_te)) if sgd else (X_tr, X_te)
+                table[method][s, e] = np.mean(clf.fit(Xa, y_tr).predict(Xb) == y_te)
     return table, {k: float(np.mean(v)) for k, v in refs.items()}, len(y)
 
 
