@@ -9,6 +9,7 @@ import pytest
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.dummy import DummyClassifier
 from sklearn.linear_model import LogisticRegression
+from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skdp_label import BudgetAccountant, LabelDPClassifier
 from skdp_label.estimators import DebiasedSGDClassifier, DebiasedSoftmaxObjective
@@ -173,6 +174,11 @@ def test_debiased_sgd_standalone_fit_and_partial_fit():
     np.testing.assert_allclose(stream.predict_proba(X[:4]).sum(axis=1), 1.0)
     with pytest.raises(ValueError, match="rows summing to 1"):
         DebiasedSGDClassifier(np.ones((3, 3))).fit(X, y)
+
+
+@parametrize_with_checks([DebiasedSGDClassifier(max_iter=5, random_state=0)])
+def test_debiased_sgd_is_a_scikit_learn_classifier(estimator, check):
+    check(estimator)
 
 
 @pytest.mark.parametrize("params", [dict(mechanism="rr"), dict(mechanism="auto"),

@@ -607,6 +607,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         proba : ndarray of shape (n_samples, n_classes)
             Columns follow ``classes_``.
         """
+        check_is_fitted(self)
         proba = self._all_classes(
             self.estimator_, self._delegate("predict_proba", X, predict_proba_params))
         if self.proba_correction is not None and not _is_noise_aware(self.estimator_):

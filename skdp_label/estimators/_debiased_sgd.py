@@ -8,7 +8,12 @@ from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils import check_random_state as sklearn_check_random_state
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
+from sklearn.utils.validation import (
+    check_consistent_length,
+    check_is_fitted,
+    column_or_1d,
+    validate_data,
+)
 
 from ..mechanisms._validation import encode_classes
 from ._noise_aware import noise_inverse, softmax
@@ -68,7 +73,8 @@ class DebiasedSGDClassifier(ClassifierMixin, BaseEstimator):
         The noise of the labels: a mechanism with a square
         ``transition_matrix_`` (its ``output_values_`` are the classes) or a
         transition matrix (rows: true classes in the order of ``classes``).
-        ``None``: the labels are clean, or targets come through ``fit``'s
+        ``None``: the labels are clean (classes from ``classes`` or, if not
+        given, from the labels), or targets come through ``fit``'s
         ``noise_targets``.
     classes : array-like of shape (K,), optional
         The classes, for a matrix or ``noise=None``.
@@ -94,6 +100,8 @@ class DebiasedSGDClassifier(ClassifierMixin, BaseEstimator):
     intercept_ : ndarray of shape (K,)
     t_ : int
         SGD steps taken.
+    n_iter_ : int
+        Epochs run by the last ``fit``.
     n_features_in_ : int
 
     Examples
@@ -148,7 +156,13 @@ class DebiasedSGDClassifier(ClassifierMixin, BaseEstimator):
                 raise ValueError(f"noise_targets must have {self.classes_.shape[0]} columns.")
             return targets
         check_classification_targets(y)
-        classes, inverse = noise_inverse(self.noise, self.classes)
+        if self.noise is None and self.classes is None:
+            # Clean (or already private) labels and no declared classes: the
+            # labels' own classes, as any scikit-learn classifier.
+            classes = np.unique(y)
+            inverse = np.eye(classes.shape[0])
+        else:
+            classes, inverse = noise_inverse(self.noise, self.classes)
         if reset:
             self.classes_ = classes
         return inverse[encode_classes(y, self.classes_)]
@@ -193,11 +207,13 @@ class DebiasedSGDClassifier(ClassifierMixin, BaseEstimator):
         self : object
         """
         X = validate_data(self, X, reset=True, dtype=np.float64)
+        check_consistent_length(X, y)
         targets = self._targets(y, noise_targets, reset=True)
         self._start(X.shape[1])
         rng = sklearn_check_random_state(self.random_state)
         for _ in range(self.max_iter):
             self._epoch(X, targets, rng)
+        self.n_iter_ = int(self.max_iter)
         return self
 
     def partial_fit(self, X, y, classes=None, noise_targets=None):
@@ -220,22 +236,29 @@ class DebiasedSGDClassifier(ClassifierMixin, BaseEstimator):
         if first:
             self._validate_params()
         X = validate_data(self, X, reset=first, dtype=np.float64)
+        check_consistent_length(X, y)
         targets = self._targets(y, noise_targets, reset=first)
         if first:
             self._start(X.shape[1])
         self._epoch(X, targets, sklearn_check_random_state(self.random_state))
         return self
 
-    def decision_function(self, X):
-        """Logits x W + b, shape (n_samples, K)."""
+    def _logits(self, X):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
         return X @ self.coef_ + self.intercept_
 
+    def decision_function(self, X):
+        """Logits x W + b, shape (n_samples, K); for two classes the
+        difference of the second and first logit (scikit-learn convention)."""
+        logits = self._logits(X)
+        return logits[:, 1] - logits[:, 0] if logits.shape[1] == 2 else logits
+
     def predict_proba(self, X):
         """Softmax of the logits: estimates of P(y | x) for the *true* labels."""
-        return softmax(self.decision_function(X))
+        return softmax(self._logits(X))
 
     def predict(self, X):
         """The class of largest probability."""
-        return self.classes_[np.argmax(self.decision_function(X), axis=1)]
+        codes = np.argmax(self._logits(X), axis=1)
+        return self.classes_[codes]
