@@ -61,7 +61,8 @@ def run(name, seeds=(0, 1, 2), epsilons=EPSILONS):
     table = {m: np.zeros((len(seeds), len(epsilons))) for m in METHODS}
     refs = {"majority": [], "non-private": []}
     for s, seed in enumerate(seeds):
-        X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=0.2, stratify=y, random_state=seed)
+        X_tr, X_te, y_tr, y_te = train_test_split(
+            X, y, test_size=0.2, stratify=y, random_state=seed)
         values, counts = np.unique(y_tr, return_counts=True)
         refs["majority"].append(float(np.mean(y_te == values[np.argmax(counts)])))
         refs["non-private"].append(float(model().fit(X_tr, y_tr).score(X_te, y_te)))
@@ -90,7 +91,8 @@ def main():
         print("|---" * (len(EPSILONS) + 1) + "|")
         for method, scores in table.items():
             means, sems = scores.mean(axis=0), scores.std(axis=0) / np.sqrt(scores.shape[0])
-            print(f"| {method} | " + " | ".join(f"{m:.3f}±{s:.3f}" for m, s in zip(means, sems)) + " |")
+            cells = " | ".join(f"{m:.3f}±{s:.3f}" for m, s in zip(means, sems))
+            print(f"| {method} | {cells} |")
 
 
 if __name__ == "__main__":

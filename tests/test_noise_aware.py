@@ -115,8 +115,10 @@ def test_lp_rr_sgd_gradient_is_unbiased(epsilon):
     e = math.exp(epsilon)
     for y in range(K):
         clean = debiased_gradient(W, b, x, np.eye(K)[[y]], alpha=0.1)
-        expected = [sum(T[y, j] * debiased_gradient(W, b, x, G[[j]], alpha=0.1)[i] for j in range(K))
-                    for i in range(2)]
+        expected = [
+            sum(T[y, j] * debiased_gradient(W, b, x, G[[j]], alpha=0.1)[i] for j in range(K))
+            for i in range(2)
+        ]
         naive = sum(T[y, j] * debiased_gradient(W, b, x, np.eye(K)[[j]])[0] for j in range(K))
         np.testing.assert_allclose(expected[0], clean[0], atol=1e-12)
         np.testing.assert_allclose(expected[1], clean[1], atol=1e-12)

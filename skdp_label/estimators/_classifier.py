@@ -35,6 +35,9 @@ from ..utils._repr import public_repr
 
 __all__ = ["LabelDPClassifier"]
 
+# Ledger step of each private prior.
+_PRIOR_STEP = {"clusters": "cluster prior histograms", "class-frequencies": "class histogram prior"}
+
 
 def _is_noise_aware(estimator):
     """Base estimators that train on debiased targets themselves."""
@@ -57,7 +60,8 @@ def _masks_from_priors(mechanism, priors):
     order = top_k_order(priors)
     ks = mechanism.choose_k(priors)
     masks = np.zeros(priors.shape, dtype=bool)
-    masks[np.arange(priors.shape[0])[:, None], order] = np.arange(priors.shape[1])[None, :] < ks[:, None]
+    rank_in_set = np.arange(priors.shape[1])[None, :] < ks[:, None]
+    masks[np.arange(priors.shape[0])[:, None], order] = rank_in_set
     return masks
 
 
@@ -435,9 +439,8 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             if accountant is not None:
                 accountant.spend(
                     eps_prior, n_labels=codes.shape[0],
-                    description=f"{type(self).__name__}: {plan['prior']} prior histograms",
-                    details={"estimator": type(self).__name__,
-                             "step": f"{plan['prior']} prior histograms"},
+                    description=f"{type(self).__name__}: {_PRIOR_STEP[plan['prior']]}",
+                    details={"estimator": type(self).__name__, "step": _PRIOR_STEP[plan["prior"]]},
                 )
             n_clusters = 1 if centers is None else centers.shape[0]
             priors, self.cluster_histograms_ = cluster_priors(
@@ -548,7 +551,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         extra = []
         if self.prior_epsilon_ > 0:
             extra.append({
-                "stage": None, "step": "cluster prior histograms", "epsilon": self.prior_epsilon_,
+                "stage": None, "step": _PRIOR_STEP[self.plan_["prior"]], "epsilon": self.prior_epsilon_,
                 "delta": 0.0, "n_labels": int(sum(self.stage_sizes_)),
             })
         # Stages randomize disjoint rows: they compose in parallel.

@@ -188,7 +188,8 @@ def inverse_transition(matrix):
     support = matrix.sum(axis=0) > 0
     block = matrix[np.ix_(support, support)]
     if np.linalg.cond(block) > 1e12:
-        raise ValueError("the transition matrix is singular on its outputs: no debiased loss exists.")
+        raise ValueError(
+            "the transition matrix is singular on its outputs: no debiased loss exists.")
     inverse = np.eye(matrix.shape[0])
     inverse[np.ix_(support, support)] = np.linalg.inv(block)
     return inverse
