@@ -299,3 +299,34 @@ def test_noise_options_fail_before_spending():
             LabelDPClassifier(LogisticRegression(), epsilon=1.0, classes=range(4), accountant=acc,
                               **params).fit(X, y)
     assert acc.ledger == []
+
+
+class _TargetRecorder(DebiasedSGDClassifier):
+    """Keeps the debiased targets LabelDPClassifier passes (test only)."""
+
+    def fit(self, X, y, noise_targets=None):
+        type(self).seen.append((np.asarray(y), np.asarray(noise_targets)))
+        return super().fit(X, y, noise_targets=noise_targets)
+
+
+def test_targets_use_the_set_each_label_was_randomized_on():
+    """Every row's target is G_S[y~] for a set S holding y~ (reused rows of
+    multi-stage training: the first set intersected with the reuse filter's)."""
+    from skdp_label.estimators._noise_aware import debiasing_scale
+
+    X, y = _skewed_data(1500)
+    _TargetRecorder.seen = []
+    clf = LabelDPClassifier(_TargetRecorder(max_iter=2), epsilon=1.5, n_stages=2, classes=range(4),
+                            prior="clusters", n_clusters=4, prior_epsilon=0.3,
+                            random_state=0).fit(X, y)
+    assert len(_TargetRecorder.seen) == 2
+    for codes, targets in _TargetRecorder.seen:
+        k = np.count_nonzero(targets, axis=1)
+        p, scale = debiasing_scale(k, 1.2)
+        np.testing.assert_allclose(targets.sum(axis=1), 1.0)
+        np.testing.assert_allclose(targets[np.arange(len(codes)), codes], (1 - p) / scale)
+    n_reused = len(_TargetRecorder.seen[1][0]) - clf.stage_sizes_[1]
+    assert n_reused > 0
+    # Reused rows (first in the stage-2 training set) lie in the filter's top-k set.
+    filter_k = round(clf.stage_k_[1])
+    assert np.count_nonzero(_TargetRecorder.seen[1][1][:n_reused], axis=1).max() <= filter_k

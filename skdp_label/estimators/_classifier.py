@@ -275,10 +275,14 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
 
     def _reusable(self, model, X, earlier, noisy_codes, ks):
         """Earlier stages' rows whose noisy label is in the previous model's
-        top k, k the rounded mean k of the current stage (004 App. B)."""
+        top k, k the rounded mean k of the current stage (004 App. B), and
+        that top-k set of each kept row."""
         k = max(int(round(ks.mean())), 1)
         proba = self._proba(model, _safe_indexing(X, earlier))
-        return earlier[in_top_k(proba, noisy_codes[earlier], k)]
+        keep = in_top_k(proba, noisy_codes[earlier], k)
+        sets = np.zeros(proba.shape, dtype=bool)
+        np.put_along_axis(sets, top_k_order(proba)[:, :k], True, axis=1)
+        return earlier[keep], sets[keep]
 
     def _validate_targets(self, y):
         y = column_or_1d(y, warn=True)
@@ -482,17 +486,16 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             train = rows
             if stage > 0 and self.reuse_labels:
                 earlier = np.concatenate(parts[:stage])
-                reused = self._reusable(model, X, earlier, noisy_codes, ks)
-                # RR conditioned on landing in the top-k set is RR-Top-k on it:
-                # reused rows are debiased with the current stage's sets.
-                if _is_rr_top_k(mech):
-                    masks[reused] = self._stage_masks(
-                        mech, temper(self._proba(model, _safe_indexing(X, reused)),
-                                     self.prior_temperature), reused.shape[0])
+                reused, filter_sets = self._reusable(model, X, earlier, noisy_codes, ks)
+                # RR-Top-k on S conditioned on landing in the filter's set F is
+                # RR-Top-k on S & F (same epsilon): reused rows are debiased so.
                 train = np.concatenate([reused, rows])
+                train_masks = np.concatenate([masks[reused] & filter_sets, masks[rows]])
+            else:
+                train_masks = masks[train]
             targets = None
             if _is_noise_aware(self.base_estimator):
-                targets = debiased_targets(noisy_codes[train], masks[train], eps_labels, n_classes)
+                targets = debiased_targets(noisy_codes[train], train_masks, eps_labels, n_classes)
             previous, model = model, self._fit_model(
                 _safe_indexing(X, train), noisy_codes[train], targets,
                 _check_method_params(X, routed, train),
@@ -507,7 +510,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         # The previous stage's model gives the last stage's priors, hence the
         # noise sets that the correction needs at prediction time.
         self.prior_estimator_ = previous if self.proba_correction is not None else None
-        self._fit_shrinkage(noisy_codes, masks, parts, train, eps_labels)
+        self._fit_shrinkage(noisy_codes, masks, parts, train_masks, eps_labels)
         # Stages compose in parallel (disjoint rows); refits add up.
         self.epsilon_spent_ = getattr(self, "epsilon_spent_", 0.0) + eps_prior + max(
             float(m.epsilon_spent_) for m in mechanisms
@@ -515,7 +518,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         self.stage_sizes_ = [int(r.shape[0]) for r in parts]
         return self
 
-    def _fit_shrinkage(self, noisy_codes, masks, parts, train, eps_labels):
+    def _fit_shrinkage(self, noisy_codes, masks, parts, train_masks, eps_labels):
         """The class prior and its weight in predictions (post-processing).
 
         The prior is the private class histogram when there is one (it is
@@ -532,7 +535,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             self.class_prior_ = debiased_frequencies(
                 noisy_codes[first], masks[first], eps_labels, self.classes_.shape[0])
         if self.shrinkage == "auto":
-            n_eff = effective_sample_size(masks[train], eps_labels, train.shape[0])
+            n_eff = effective_sample_size(train_masks, eps_labels, train_masks.shape[0])
             self.shrinkage_ = shrinkage_weight(n_eff, self.classes_.shape[0])
         else:
             self.shrinkage_ = float(self.shrinkage)
