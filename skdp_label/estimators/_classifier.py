@@ -18,6 +18,7 @@ from ..utils._random import derive_random_state
 from ._base import BaseLabelDPEstimator
 from ._cluster_prior import cluster_priors, feature_clusters
 from ._multistage import in_top_k, partition_stages, stage_fractions
+from ..utils._progress import format_epsilon
 from ..utils._repr import public_repr
 
 __all__ = ["LabelDPClassifier"]
@@ -91,6 +92,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         entropy for every fit and keeps none of it. An int makes fits
         reproducible (streams derived from the seed and the features) and emits :class:`~skdp_label.utils.PrivacyLeakWarning`.
         Generators are refused.
+    verbose : int, default=0
+        Print epsilon per step, stage sizes and timings (public facts only;
+        never labels or seeds), with a progress bar over the stages (if
+        tqdm is installed). 0 is silent.
 
     Attributes
     ----------
@@ -159,6 +164,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         reuse_labels=True,
         accountant=None,
         random_state=None,
+        verbose=0,
     ):
         self.base_estimator = base_estimator
         self.mechanism = mechanism
@@ -173,6 +179,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         self.reuse_labels = reuse_labels
         self.accountant = accountant
         self.random_state = random_state
+        self.verbose = verbose
 
     # -- helpers ---------------------------------------------------------------
     def _all_classes(self, model, proba):
@@ -271,6 +278,11 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         stage_costs = [mech._total_cost() for mech in mechanisms]
         if accountant is not None:
             accountant.check(eps_prior + max(c[0] for c in stage_costs), max(c[1] for c in stage_costs))
+        progress = self._progress()
+        progress(
+            f"{n_stages} stage(s) of {[int(r.shape[0]) for r in parts]} examples, "
+            f"{type(mechanisms[0]).__name__} at epsilon {format_epsilon(eps_labels)} per label"
+        )
         priors = None
         if self.prior == "clusters":
             cluster_of, n_clusters = feature_clusters(X, self.n_clusters, rng)  # public: free
@@ -283,6 +295,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             priors, self.cluster_histograms_ = cluster_priors(
                 cluster_of, n_clusters, codes, classes.shape[0], eps_prior, rng
             )
+            progress(
+                f"cluster prior: noisy class histograms of {n_clusters} clusters, epsilon "
+                f"{format_epsilon(eps_prior)}"
+            )
         group = None
         if accountant is not None and n_stages > 1:
             group = accountant.disjoint_group(type(self).__name__)
@@ -290,7 +306,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         noisy_codes = np.full(codes.shape[0], -1, dtype=np.int64)
         model = None
         self.stage_k_, self.stage_train_sizes_ = [], []
-        for stage, (rows, mech, cost) in enumerate(zip(parts, mechanisms, stage_costs)):
+        stages = progress.stages(
+            enumerate(zip(parts, mechanisms, stage_costs)), total=n_stages, desc=type(self).__name__
+        )
+        for stage, (rows, mech, cost) in stages:
             X_rows = _safe_indexing(X, rows)
             if model is not None:
                 stage_priors = temper(self._proba(model, X_rows), self.prior_temperature)
@@ -316,9 +335,15 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             if stage > 0 and self.reuse_labels:
                 earlier = np.concatenate(parts[:stage])
                 train = np.concatenate([self._reusable(model, X, earlier, noisy_codes, ks), rows])
-            model = self._fit_base(
-                _safe_indexing(X, train), noisy_codes[train], _check_method_params(X, routed, train)
-            )
+            with progress.timed(
+                f"stage {stage + 1}/{n_stages}: epsilon {format_epsilon(cost[0])} on "
+                f"{rows.shape[0]} labels, mean k {self.stage_k_[-1]:.2f}; trained "
+                f"{type(self.base_estimator).__name__} on {train.shape[0]} examples"
+            ):
+                model = self._fit_base(
+                    _safe_indexing(X, train), noisy_codes[train],
+                    _check_method_params(X, routed, train),
+                )
             self.stage_train_sizes_.append(int(train.shape[0]))
 
         self.estimator_ = model

@@ -52,9 +52,9 @@ OUT_OF_BOUNDS_DOC = """    out_of_bounds : {{'raise', 'clip'}}, default='raise'
 """
 
 # Parameters a fitted mechanism may change without refitting: the source of
-# future noise. Everything else (epsilon, bounds, classes, prior, delta, the
-# accountant, ...) is bound to what fit computed.
-_UNBOUND_PARAMS = frozenset({"random_state", "out_of_bounds"})
+# future noise, and how much it prints. Everything else (epsilon, bounds,
+# classes, prior, delta, the accountant, ...) is bound to what fit computed.
+_UNBOUND_PARAMS = frozenset({"random_state", "out_of_bounds", "verbose"})
 
 
 def _canonical(value):

@@ -26,6 +26,7 @@ from ._core import (
     rqm_selection,
     uniform_bins,
 )
+from ...utils._progress import VERBOSE_CONSTRAINT, VERBOSE_DOC, Progress, format_epsilon
 from ._solver import mvu_pieces, mvu_rows, optimize_positions, solve_mvu, solve_optm
 
 __all__ = ["RandomizedQuantization", "RQM", "ERM", "OPTM", "MVU"]
@@ -697,6 +698,7 @@ class OPTM(_BinsMixin, _QuantizationBase):
         (increasing, the outer two strictly beyond the bounds; up to 64).
 """
         + _COMMON_DOC
+        + VERBOSE_DOC
         + """
     Attributes
     ----------
@@ -724,14 +726,16 @@ class OPTM(_BinsMixin, _QuantizationBase):
         # Placing more than 16 bins would take ~100 LPs of up to 43,000
         # variables: give the positions for m up to 64.
         "bins": [Interval(Integral, 2, 16, closed="both"), "array-like"],
+        "verbose": VERBOSE_CONSTRAINT,
     }
 
     def __init__(
         self, epsilon=1.0, *, bounds=None, bins=4, prior=None, objective="squared",
-        out_of_bounds="raise", accountant=None, random_state=None,
+        out_of_bounds="raise", accountant=None, random_state=None, verbose=0,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.out_of_bounds = out_of_bounds
+        self.verbose = verbose
         self.bounds = bounds
         self.bins = bins
         self.prior = prior
@@ -744,14 +748,23 @@ class OPTM(_BinsMixin, _QuantizationBase):
                 raise ValueError("OPTM supports at most 64 bins.")
 
     def _build(self, lo, hi, prior, epsilon):
+        progress = Progress(self.verbose, type(self).__name__)
         if isinstance(self.bins, Integral):
-            # A copy: the cached array is shared by every mechanism with these inputs.
-            bins = _optm_bins(
-                int(self.bins), lo, hi, epsilon, _prior_key(prior), self.objective
-            ).copy()
+            hits = _optm_bins.cache_info().hits
+            what = f"placed {int(self.bins)} bins for epsilon {format_epsilon(epsilon)}"
+            with progress.timed(what) as facts:
+                # A copy: the cached array is shared by every mechanism with these inputs.
+                bins = _optm_bins(
+                    int(self.bins), lo, hi, epsilon, _prior_key(prior), self.objective
+                ).copy()
+                cached = _optm_bins.cache_info().hits > hits
+                facts["from"] = "the cache" if cached else "a local search over LPs"
         else:
             bins = np.asarray(self.bins, dtype=np.float64)
-        res = solve_optm(bins, lo, hi, epsilon, prior, self.objective)
+        with progress.timed(f"solved the LP on {bins.size} bins") as facts:
+            res = solve_optm(bins, lo, hi, epsilon, prior, self.objective)
+            if res is not None:
+                facts["repair weight"] = f"{res[4]:.1e}"
         if res is None:
             raise ValueError(
                 f"OPTM: no mechanism on these bins is epsilon = {epsilon:g}-DP; move the outer "
