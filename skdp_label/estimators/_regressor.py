@@ -151,9 +151,9 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
             bounds=self.bounds,
             domain=self.domain,
         )
+        y_noisy = mechanism.fit_transform(y)
+        # No timing of the step that reads the labels: only public facts.
         progress = self._progress()
-        with progress.timed(f"{type(mechanism).__name__} randomized the labels"):
-            y_noisy = mechanism.fit_transform(y)
         progress.charges(getattr(mechanism, "charges_", ()))
         with progress.timed(f"fitted {type(self.base_estimator).__name__} on the noisy labels"):
             self.estimator_ = self._fit_base(X, y_noisy, routed)
