@@ -36,8 +36,10 @@ def format_epsilon(value: float) -> str:
     return format_number(float(f"{float(value):.4g}"))
 
 
-def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "",
-                 enabled: bool = True, **kwargs: Any):
+def progress_bar(
+    iterable: Iterable | None = None, *, total: int | None = None, desc: str = "",
+    enabled: bool = True, **kwargs: Any,
+) -> Any:
     """A tqdm bar on stderr, or None when disabled or tqdm is not installed
     (the bar is a convenience: tqdm is optional)."""
     if not enabled:

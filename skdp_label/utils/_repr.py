@@ -6,8 +6,11 @@ defaults, so ``LabelDPRegressor(Ridge(), mechanism='unbiased', epsilon=1.0)``
 would print neither: logs and printed pipelines would hide the epsilon used.
 """
 
+from __future__ import annotations
+
 import functools
 from numbers import Integral, Real
+from typing import Any
 
 import numpy as np
 
@@ -17,7 +20,7 @@ __all__ = ["PrivacyReprMixin", "format_number", "public_repr"]
 _MAX_ITEMS_SHOWN = 8
 
 
-def format_number(x):
+def format_number(x: Any) -> str:
     """A number as a user writes it: ``75``, ``0.5``, never ``np.float64(75.0)``."""
     if isinstance(x, (bool, np.bool_)):
         return str(bool(x))
@@ -30,7 +33,7 @@ def format_number(x):
     return repr(x)
 
 
-def public_repr(value):
+def public_repr(value: Any) -> str:
     """``repr`` of a *public* parameter value for messages, without numpy reprs.
 
     Numpy scalars print as Python numbers, arrays and sequences as lists

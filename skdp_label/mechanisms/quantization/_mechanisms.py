@@ -1,14 +1,19 @@
 """Randomized quantization mechanisms (paper 002) as label transformers."""
 
+from __future__ import annotations
+
 import functools
 import math
 from numbers import Integral, Real
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ..._accountant import BudgetAccountant
 from ..._kernels._philox import uniforms
 from ..._kernels._sampling import categorical_rows, exponent_groups
+from ...utils._progress import VERBOSE_CONSTRAINT, VERBOSE_DOC, Progress, format_epsilon
 from .._base import OUT_OF_BOUNDS_CONSTRAINT, BaseDiscreteMechanism
 from .._registry import register_mechanism
 from .._validation import check_bounds, check_labels_in_bounds
@@ -26,7 +31,6 @@ from ._core import (
     rqm_selection,
     uniform_bins,
 )
-from ...utils._progress import VERBOSE_CONSTRAINT, VERBOSE_DOC, Progress, format_epsilon
 from ._solver import mvu_pieces, mvu_rows, optimize_positions, solve_mvu, solve_optm
 
 __all__ = ["RandomizedQuantization", "RQM", "ERM", "OPTM", "MVU"]
@@ -118,7 +122,7 @@ class _QuantizationBase(BaseDiscreteMechanism):
         self.input_values_ = grid
         self.transition_matrix_ = distribution_at(pieces, rows, grid)
 
-    def output_distribution(self, x):
+    def output_distribution(self, x: ArrayLike) -> np.ndarray:
         """Exact output distribution of labels ``x`` (in the bounds).
 
         Parameters
@@ -261,9 +265,12 @@ class RandomizedQuantization(_BinsMixin, _QuantizationBase):
     }
 
     def __init__(
-        self, epsilon=1.0, *, bounds=None, bins=None, selection=None, prior=None,
-        objective="squared", out_of_bounds="raise", accountant=None, random_state=None,
-    ):
+        self, epsilon: float = 1.0, *, bounds: tuple[float, float] | None = None,
+        bins: int | ArrayLike | None = None, selection: tuple | list | None = None,
+        prior: tuple[ArrayLike, ArrayLike] | None = None, objective: str = "squared",
+        out_of_bounds: str = "raise", accountant: BudgetAccountant | None = None,
+        random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.out_of_bounds = out_of_bounds
         self.bounds = bounds
@@ -534,9 +541,12 @@ class RQM(_FamilyBase):
     }
 
     def __init__(
-        self, epsilon=1.0, *, bounds=None, bins=4, margin="auto", q="auto", prior=None,
-        objective="squared", out_of_bounds="raise", accountant=None, random_state=None,
-    ):
+        self, epsilon: float = 1.0, *, bounds: tuple[float, float] | None = None,
+        bins: int | ArrayLike | None = 4, margin: float | str = "auto", q: float | str = "auto",
+        prior: tuple[ArrayLike, ArrayLike] | None = None, objective: str = "squared",
+        out_of_bounds: str = "raise", accountant: BudgetAccountant | None = None,
+        random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.out_of_bounds = out_of_bounds
         self.bounds = bounds
@@ -547,7 +557,7 @@ class RQM(_FamilyBase):
         self.objective = objective
 
     @staticmethod
-    def paper_bound(bins, bounds, q):
+    def paper_bound(bins: ArrayLike, bounds: tuple[float, float], q: float) -> float:
         """Youn et al.'s bound on RQM's loss as quoted by 002 (symmetric bounds).
 
         ``log(2 (1 - q)^2 (c + Delta) / Delta) + m log(1 / (1 - q))`` with
@@ -614,9 +624,12 @@ class ERM(_FamilyBase):
     }
 
     def __init__(
-        self, epsilon=1.0, *, bounds=None, bins=4, margin="auto", gamma="auto", prior=None,
-        objective="squared", out_of_bounds="raise", accountant=None, random_state=None,
-    ):
+        self, epsilon: float = 1.0, *, bounds: tuple[float, float] | None = None,
+        bins: int | ArrayLike | None = 4, margin: float | str = "auto",
+        gamma: float | str = "auto", prior: tuple[ArrayLike, ArrayLike] | None = None,
+        objective: str = "squared", out_of_bounds: str = "raise",
+        accountant: BudgetAccountant | None = None, random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.out_of_bounds = out_of_bounds
         self.bounds = bounds
@@ -627,7 +640,7 @@ class ERM(_FamilyBase):
         self.objective = objective
 
     @staticmethod
-    def paper_bound(bins, bounds, gamma):
+    def paper_bound(bins: ArrayLike, bounds: tuple[float, float], gamma: float) -> float:
         """002 Thm. 1: ``gamma + log(2 m (c + Delta) / c)`` (symmetric bounds)."""
         lo, hi = bounds
         c = (hi - lo) / 2.0
@@ -730,9 +743,12 @@ class OPTM(_BinsMixin, _QuantizationBase):
     }
 
     def __init__(
-        self, epsilon=1.0, *, bounds=None, bins=4, prior=None, objective="squared",
-        out_of_bounds="raise", accountant=None, random_state=None, verbose=0,
-    ):
+        self, epsilon: float = 1.0, *, bounds: tuple[float, float] | None = None,
+        bins: int | ArrayLike | None = 4, prior: tuple[ArrayLike, ArrayLike] | None = None,
+        objective: str = "squared", out_of_bounds: str = "raise",
+        accountant: BudgetAccountant | None = None, random_state: int | None = None,
+        verbose: int = 0,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.out_of_bounds = out_of_bounds
         self.verbose = verbose
@@ -827,9 +843,12 @@ class MVU(_QuantizationBase):
     }
 
     def __init__(
-        self, epsilon=1.0, *, bounds=None, outputs=4, grid_size=16, prior=None,
-        objective="squared", out_of_bounds="raise", accountant=None, random_state=None,
-    ):
+        self, epsilon: float = 1.0, *, bounds: tuple[float, float] | None = None,
+        outputs: int | ArrayLike = 4, grid_size: int = 16,
+        prior: tuple[ArrayLike, ArrayLike] | None = None, objective: str = "squared",
+        out_of_bounds: str = "raise", accountant: BudgetAccountant | None = None,
+        random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.out_of_bounds = out_of_bounds
         self.bounds = bounds

@@ -10,12 +10,12 @@ from threadpoolctl import threadpool_limits
 
 from ..._kernels._philox import uniforms
 from ..._kernels._sampling import randomized_response_indices, rr_constants, rr_flip_probability
+from ...utils._progress import VERBOSE_CONSTRAINT, VERBOSE_DOC, Progress, format_epsilon
 from .._base import OUT_OF_BOUNDS_CONSTRAINT, OUT_OF_BOUNDS_DOC, BaseDiscreteMechanism
 from .._prior import BasePriorMechanism, resolve_domain
 from .._registry import register_mechanism
 from .._validation import check_bounds
 from ..classic._randomized_response import randomized_response_matrix
-from ...utils._progress import VERBOSE_CONSTRAINT, VERBOSE_DOC, Progress, format_epsilon
 from ._grid import optimal_unbiased_grid, randomized_rounding_indices
 from ._solver import (
     check_exact_mechanism,
