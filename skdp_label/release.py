@@ -185,10 +185,11 @@ def id_row_keys(key: ReleaseKey, ids: ArrayLike) -> RowKeys:
 
 # -- the release --------------------------------------------------------------------
 def _public_params(mechanism):
+    # verbose only changes what is printed: not part of the release's identity.
     return {
         k: v
         for k, v in mechanism.get_params(deep=False).items()
-        if k not in ("accountant", "random_state")
+        if k not in ("accountant", "random_state", "verbose")
     }
 
 

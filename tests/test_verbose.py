@@ -181,3 +181,21 @@ def test_verbose_may_change_after_fit(capsys):
     mech.fit(Y)
     mech.set_params(verbose=1).transform(Y)  # how much it prints is not bound to the fit
     assert capsys.readouterr().out == ""  # transform runs no solver
+
+
+def test_verbose_is_not_part_of_a_keyed_release(tmp_path):
+    # A rerun of the same release with verbose on is the same release (free),
+    # and the manifest does not carry it.
+    from skdp_label.release import generate_key_file, load_key, privatize
+
+    generate_key_file(tmp_path / "label.key")
+    key = load_key(tmp_path / "label.key")
+    acc = BudgetAccountant(epsilon=5.0)
+    prior = (np.arange(11.0), np.full(11, 1 / 11))
+    first, release = privatize(Y, OptimalUnbiased(bounds=(0, 10), prior=prior), key, "r1",
+                               accountant=acc)
+    again, _ = privatize(Y, OptimalUnbiased(bounds=(0, 10), prior=prior, verbose=1), key, "r1",
+                         accountant=acc)
+    np.testing.assert_array_equal(first, again)
+    assert acc.spent_epsilon == pytest.approx(1.0) and len(acc.to_records()) == 1
+    assert "verbose" not in str(release.manifest())
