@@ -72,9 +72,12 @@ def _install_repr_hook():
     """Wrap scikit-learn's ``_changed_params`` once: objects with a
     ``_repr_always`` attribute always list those parameters; every other
     estimator prints exactly as before."""
-    from sklearn.utils import _pprint
+    try:
+        from sklearn.utils import _pprint
 
-    changed_params = _pprint._changed_params
+        changed_params = _pprint._changed_params
+    except (ImportError, AttributeError):  # a private hook: tests/test_repr.py notices if it moves
+        return
     if getattr(changed_params, "_shows_repr_always", False):
         return
 
