@@ -34,6 +34,7 @@ from ..utils._random import (
     random_state_constraint,
     release_generator,
 )
+from ..utils._progress import VERBOSE_CONSTRAINT, Progress
 from ..utils._repr import PrivacyReprMixin
 
 __all__ = ["BaseLabelDPEstimator"]
@@ -52,6 +53,7 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
         "epsilon": [Interval(Real, 0, None, closed="neither")],
         "accountant": [BudgetAccountant, None],
         "random_state": random_state_constraint(),
+        "verbose": VERBOSE_CONSTRAINT,
     }
 
     # -- randomness --------------------------------------------------------------
@@ -104,7 +106,13 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
             mech.set_params(**updates)
         # Named in the ledger rows the mechanism writes (public context).
         mech._ledger_context = {"estimator": type(self).__name__}
+        # Slow solvers report their own progress at the estimator's verbosity.
+        if self.verbose and not getattr(mech, "verbose", True):
+            mech.set_params(verbose=self.verbose)
         return mech
+
+    def _progress(self):
+        return Progress(self.verbose, type(self).__name__)
 
     # -- checks before any budget is spent -------------------------------------
     def _check_inputs_before_spending(self, X, y, fit_params):

@@ -31,6 +31,7 @@ from ._noise_aware import (
     effective_sample_size,
     shrinkage_weight,
 )
+from ..utils._progress import format_epsilon
 from ..utils._repr import public_repr
 
 __all__ = ["LabelDPClassifier"]
@@ -158,6 +159,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         entropy for every fit and keeps none of it. An int makes fits
         reproducible (streams derived from the seed and the features) and emits :class:`~skdp_label.utils.PrivacyLeakWarning`.
         Generators are refused.
+    verbose : int, default=0
+        Print epsilon per step, stage sizes and timings (public facts only;
+        never labels or seeds), with a progress bar over the stages (if
+        tqdm is installed). 0 is silent.
 
     Attributes
     ----------
@@ -246,6 +251,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         shrinkage=None,
         accountant=None,
         random_state=None,
+        verbose=0,
     ):
         self.base_estimator = base_estimator
         self.mechanism = mechanism
@@ -262,6 +268,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         self.shrinkage = shrinkage
         self.accountant = accountant
         self.random_state = random_state
+        self.verbose = verbose
 
     # -- helpers ---------------------------------------------------------------
     def _all_classes(self, model, proba):
@@ -433,6 +440,11 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         stage_costs = [mech._total_cost() for mech in mechanisms]
         if accountant is not None:
             accountant.check(eps_prior + max(c[0] for c in stage_costs), max(c[1] for c in stage_costs))
+        progress = self._progress()
+        progress(
+            f"{n_stages} stage(s) of {[int(r.shape[0]) for r in parts]} examples, "
+            f"{type(mechanisms[0]).__name__} at epsilon {format_epsilon(eps_labels)} per label"
+        )
         priors = None
         self.cluster_centers_ = self.cluster_histograms_ = None
         if plan["prior"] != "uniform":
@@ -451,6 +463,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
                 cluster_of, n_clusters, codes, n_classes, eps_prior, rng
             )
             self.cluster_centers_ = centers
+            progress(
+                f"{_PRIOR_STEP[plan['prior']]}: noisy class histograms of {n_clusters} "
+                f"cluster(s), epsilon {format_epsilon(eps_prior)}"
+            )
         group = None
         if accountant is not None and n_stages > 1:
             group = accountant.disjoint_group(type(self).__name__)
@@ -459,7 +475,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         masks = np.zeros((codes.shape[0], n_classes), dtype=bool)
         model = previous = None
         self.stage_k_, self.stage_train_sizes_ = [], []
-        for stage, (rows, mech, cost) in enumerate(zip(parts, mechanisms, stage_costs)):
+        stages = progress.stages(
+            enumerate(zip(parts, mechanisms, stage_costs)), total=n_stages, desc=type(self).__name__
+        )
+        for stage, (rows, mech, cost) in stages:
             X_rows = _safe_indexing(X, rows)
             if model is not None:
                 stage_priors = temper(self._proba(model, X_rows), self.prior_temperature)
@@ -496,10 +515,15 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             targets = None
             if _is_noise_aware(self.base_estimator):
                 targets = debiased_targets(noisy_codes[train], train_masks, eps_labels, n_classes)
-            previous, model = model, self._fit_model(
-                _safe_indexing(X, train), noisy_codes[train], targets,
-                _check_method_params(X, routed, train),
-            )
+            with progress.timed(
+                f"stage {stage + 1}/{n_stages}: epsilon {format_epsilon(cost[0])} on "
+                f"{rows.shape[0]} labels, mean k {self.stage_k_[-1]:.2f}; trained "
+                f"{type(self.base_estimator).__name__} on {train.shape[0]} examples"
+            ):
+                previous, model = model, self._fit_model(
+                    _safe_indexing(X, train), noisy_codes[train], targets,
+                    _check_method_params(X, routed, train),
+                )
             self.stage_train_sizes_.append(int(train.shape[0]))
 
         self.estimator_ = model

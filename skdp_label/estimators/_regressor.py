@@ -51,6 +51,10 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         :class:`~skdp_label.utils.PrivacyLeakWarning` is emitted because the
         seed is readable from the estimator. Generators are refused. The
         base estimator keeps its own ``random_state``.
+    verbose : int, default=0
+        Print the mechanism, epsilon per step and timings (public facts
+        only; never labels or seeds), and let a slow solver report its own
+        progress. 0 is silent.
 
     Attributes
     ----------
@@ -108,6 +112,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         mechanism_params=None,
         accountant=None,
         random_state=None,
+        verbose=0,
     ):
         self.base_estimator = base_estimator
         self.mechanism = mechanism
@@ -117,6 +122,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         self.mechanism_params = mechanism_params
         self.accountant = accountant
         self.random_state = random_state
+        self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=False)
     def fit(self, X, y, **fit_params):
@@ -146,7 +152,11 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
             domain=self.domain,
         )
         y_noisy = mechanism.fit_transform(y)
-        self.estimator_ = self._fit_base(X, y_noisy, routed)
+        # No timing of the step that reads the labels: only public facts.
+        progress = self._progress()
+        progress.charges(getattr(mechanism, "charges_", ()))
+        with progress.timed(f"fitted {type(self.base_estimator).__name__} on the noisy labels"):
+            self.estimator_ = self._fit_base(X, y_noisy, routed)
         self.mechanism_ = mechanism
         self.epsilon_spent_ = getattr(self, "epsilon_spent_", 0.0) + float(mechanism.epsilon_spent_)
         return self
