@@ -464,8 +464,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             )
             self.cluster_centers_ = centers
             progress(
-                f"{_PRIOR_STEP[plan['prior']]}: noisy class histograms of {n_clusters} "
-                f"cluster(s), epsilon {format_epsilon(eps_prior)}"
+                f"cluster prior: noisy class histograms of {n_clusters} clusters, epsilon "
+                f"{format_epsilon(eps_prior)}"
+                if centers is not None
+                else f"class prior: one noisy class histogram, epsilon {format_epsilon(eps_prior)}"
             )
         group = None
         if accountant is not None and n_stages > 1:
