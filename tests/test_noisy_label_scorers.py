@@ -180,6 +180,7 @@ _SKEWED = (np.arange(6.0), np.array([0.5, 0.2, 0.1, 0.1, 0.05, 0.05]))
         DebiasedRR(1.0, bounds=(0, 5)),
         RPWithPrior(1.0, bounds=(0, 5), prior=_SIX, granularity=1.0),
         _DebiasedBinaryRR(0.7),
+        DiscreteLaplace(2.0, bounds=(0, 4)),  # clipped integer noise has a transition matrix
     ],
     ids=lambda m: f"{type(m).__name__}-{m.epsilon}",
 )

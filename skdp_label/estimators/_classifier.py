@@ -82,6 +82,13 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         Budget of the cluster histograms (less than ``epsilon``).
     reuse_labels : bool, default=True
         Whether later stages also train on earlier stages' filtered labels.
+    param_grid : dict or list of dicts, optional
+        Parameters of ``base_estimator`` to choose by ``GridSearchCV`` on the
+        noisy labels with :func:`~skdp_label.estimators.debiased_accuracy_scorer`
+        of the fitted mechanism (no true label, no extra budget), then refit
+        on all noisy labels. One stage and a uniform prior only.
+    cv : int, cross-validation generator or iterable, optional
+        Splitting of the noisy labels for ``param_grid`` (``GridSearchCV``'s).
     accountant : BudgetAccountant, optional
         Charged with every release; shared by clones, so model selection is
         accounted.
@@ -110,6 +117,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         Average size of the top-k sets in each stage.
     stage_train_sizes_ : list of int
         Examples each stage's model was trained on (own plus reused).
+    best_params_ : dict or None
+        Parameters chosen in ``param_grid`` (None without one).
+    cv_results_ : dict or None
+        ``GridSearchCV.cv_results_`` of that choice: scores on noisy labels.
     n_features_in_ : int
 
     Examples
@@ -157,6 +168,8 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         n_clusters=20,
         prior_epsilon=0.1,
         reuse_labels=True,
+        param_grid=None,
+        cv=None,
         accountant=None,
         random_state=None,
     ):
@@ -171,6 +184,8 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         self.n_clusters = n_clusters
         self.prior_epsilon = prior_epsilon
         self.reuse_labels = reuse_labels
+        self.param_grid = param_grid
+        self.cv = cv
         self.accountant = accountant
         self.random_state = random_state
 
@@ -317,7 +332,8 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
                 earlier = np.concatenate(parts[:stage])
                 train = np.concatenate([self._reusable(model, X, earlier, noisy_codes, ks), rows])
             model = self._fit_base(
-                _safe_indexing(X, train), noisy_codes[train], _check_method_params(X, routed, train)
+                _safe_indexing(X, train), noisy_codes[train], _check_method_params(X, routed, train),
+                mech,
             )
             self.stage_train_sizes_.append(int(train.shape[0]))
 

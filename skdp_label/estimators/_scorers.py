@@ -134,6 +134,8 @@ def _moment_estimators(mechanism):
     check_is_fitted(mechanism)
     name = type(mechanism).__name__
     if isinstance(mechanism, BaseAdditiveMechanism):
+        if mechanism.clip and getattr(mechanism, "transition_matrix_", None) is not None:
+            return _discrete_moment_estimators(mechanism)  # clipped integer noise: a matrix
         if mechanism.clip:
             raise ValueError(
                 f"{name}(clip=True) clips its outputs, which biases them, and its clipped "
@@ -146,6 +148,11 @@ def _moment_estimators(mechanism):
             lambda y_noisy: np.asarray(y_noisy, dtype=np.float64),
             lambda y_noisy: np.asarray(y_noisy, dtype=np.float64) ** 2 - variance,
         )
+    return _discrete_moment_estimators(mechanism)
+
+
+def _discrete_moment_estimators(mechanism):
+    name = type(mechanism).__name__
     matrix, inputs, outputs = _transition(mechanism)
     inputs, outputs = inputs.astype(np.float64), outputs.astype(np.float64)
     scale = max(float(np.abs(inputs).max()), 1.0)
