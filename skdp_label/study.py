@@ -292,7 +292,7 @@ def _as_table(rows):
         import pandas as pd
     except ImportError:
         return rows
-    return pd.DataFrame(rows, columns=list(COLUMNS))
+    return pd.DataFrame(rows, columns=list(COLUMNS)).astype({"seed": "Int64"})
 
 
 def _records(table):
