@@ -27,7 +27,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.metrics import check_scoring
-from sklearn.model_selection import train_test_split
+from sklearn.model_selection import GridSearchCV, train_test_split
 from sklearn.utils.validation import check_consistent_length
 
 from ._accountant import BudgetAccountant
@@ -372,8 +372,9 @@ def privacy_utility_study(
         runs.
     references : bool, default=True
         Whether to add the reference rows: ``'non-private'`` (the base
-        estimator fitted on the true labels, epsilon and ``epsilon_spent``
-        infinite, one row) and ``'dp-constant'`` (for each epsilon and seed,
+        estimator fitted on the true labels, tuned over the estimator's
+        ``param_grid`` if it has one; epsilon and ``epsilon_spent``
+        infinite; one row) and ``'dp-constant'`` (for each epsilon and seed,
         a constant predictor from the epsilon-DP mean of the training labels
         within the public bounds, or the epsilon-DP majority class; charged
         epsilon).
@@ -484,6 +485,8 @@ def privacy_utility_study(
     try:
         if references:
             base = clone(estimator.base_estimator)
+            if estimator.param_grid is not None:  # tuned as the private fits are, on true labels
+                base = GridSearchCV(base, estimator.param_grid, cv=estimator.cv)
             add(NON_PRIVATE, math.inf, None, runner.run((base, scoring)), math.inf)
         for label, eps, template in configurations:
             for seed in seeds:
