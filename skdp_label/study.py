@@ -198,7 +198,8 @@ class _Runner:
             self._stop(kill=True)
             return {"status": "error", "error": f"the worker process died (exit code {code})"}
         self._stop(kill=True)
-        return {"status": "timeout", "error": f"fit exceeded the time limit of {self.time_limit:g} s"}
+        limit = f"{self.time_limit:g}"
+        return {"status": "timeout", "error": f"fit exceeded the time limit of {limit} s"}
 
     def close(self):
         self._stop(kill=False)
@@ -429,7 +430,9 @@ def privacy_utility_study(
     if time_limit is not None and (
         isinstance(time_limit, bool) or not isinstance(time_limit, Real) or not time_limit > 0
     ):
-        raise ValueError(f"time_limit must be a positive number of seconds or None; got {time_limit!r}.")
+        raise ValueError(
+            f"time_limit must be a positive number of seconds or None; got {time_limit!r}."
+        )
     if accountant is not None and not isinstance(accountant, BudgetAccountant):
         raise ValueError("accountant must be a BudgetAccountant or None.")
     if (X_test is None) != (y_test is None):
@@ -511,7 +514,8 @@ def privacy_utility_study(
                     if regression:
                         model = _ConstantRegressor(_dp_mean(y_train, value_range, eps, rng))
                     else:
-                        model = _ConstantClassifier(_dp_majority(y_train, classes, eps, rng), classes)
+                        majority = _dp_majority(y_train, classes, eps, rng)
+                        model = _ConstantClassifier(majority, classes)
                     del rng  # never kept
                     result = _run_fit((model, scoring), runner.data)
                     add(DP_CONSTANT, eps, seed, result, spent_since(before))

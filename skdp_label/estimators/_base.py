@@ -27,6 +27,7 @@ from sklearn.utils.validation import (
 
 from .._accountant import BudgetAccountant
 from ..mechanisms._base import BaseLabelMechanism
+from ..mechanisms._registry import make_mechanism
 from ..mechanisms.classic._additive import (
     BaseAdditiveMechanism,
     BaseStaircaseFamily,
@@ -34,7 +35,6 @@ from ..mechanisms.classic._additive import (
     DiscreteStaircase,
     Gaussian,
 )
-from ..mechanisms._registry import make_mechanism
 from ..utils._random import (
     PrivacyLeakWarning,
     check_random_state,
@@ -262,7 +262,8 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
         self.best_params_ = self.cv_results_ = None
         if self.param_grid is not None:
             try:
-                scorer = noisy_label_scorer(mechanism, self._task, encoded=self._task != "regression")
+                encoded = self._task == "classification"  # the base estimator sees class codes
+                scorer = noisy_label_scorer(mechanism, self._task, encoded=encoded)
             except ValueError as exc:
                 warnings.warn(
                     f"{type(self).__name__}: param_grid ignored, the base estimator keeps its "

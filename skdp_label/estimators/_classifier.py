@@ -332,8 +332,8 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
                 earlier = np.concatenate(parts[:stage])
                 train = np.concatenate([self._reusable(model, X, earlier, noisy_codes, ks), rows])
             model = self._fit_base(
-                _safe_indexing(X, train), noisy_codes[train], _check_method_params(X, routed, train),
-                mech,
+                _safe_indexing(X, train), noisy_codes[train],
+                _check_method_params(X, routed, train), mech,
             )
             self.stage_train_sizes_.append(int(train.shape[0]))
 

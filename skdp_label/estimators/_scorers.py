@@ -111,7 +111,9 @@ def _not_invertible(name, what, matrix, prefix=""):
         if rank < matrix.shape[0]
         else "its transition matrix is too ill-conditioned to invert"
     )
-    return ValueError(f"{prefix}no unbiased estimate of {what} exists from {name}'s outputs: {why}.")
+    return ValueError(
+        f"{prefix}no unbiased estimate of {what} exists from {name}'s outputs: {why}."
+    )
 
 
 def _value_lookup(name, outputs, estimates):
