@@ -209,7 +209,11 @@ class _Runner:
 def _check_list(values, name, check):
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or len(values) == 0:
         raise ValueError(f"{name} must be a non-empty list.")
-    return [check(v) for v in values]
+    checked = [check(v) for v in values]
+    if name != "mechanisms" and len(set(checked)) != len(checked):
+        # A repeated seed or epsilon would repeat a release with the same noise.
+        raise ValueError(f"{name} must be distinct.")
+    return checked
 
 
 def _check_epsilon(value):

@@ -114,6 +114,7 @@ def test_timed_out_fits_are_recorded_and_really_stopped(diabetes):
         (dict(epsilons=[1.0, -1.0]), ValueError),
         (dict(epsilons=[1.0, 30.0]), ValueError),  # above the mechanisms' epsilon cap
         (dict(seeds=[0, -1]), ValueError),
+        (dict(seeds=[1, 1]), ValueError),  # the same noise twice
         (dict(time_limit=0), ValueError),
         (dict(bounds=(25.0, 100.0)), ValueError),  # labels outside the declared bounds
         (dict(bounds=None), ValueError),  # no public bounds for the DP constant
