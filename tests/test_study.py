@@ -191,3 +191,14 @@ def test_dp_mean_noise_has_the_calibrated_scale():
     expected = sum_variance * (10.0 / _MEAN_UNITS / 100) ** 2
     assert draws.mean() == pytest.approx(5.0, abs=0.05)
     assert draws.var() == pytest.approx(expected, rel=0.1)
+
+
+def test_progress_bar_is_optional(monkeypatch):
+    from skdp_label.study import _progress_bar
+
+    bar = _progress_bar(3, True)
+    assert bar is not None and bar.total == 3
+    bar.close()
+    assert _progress_bar(3, False) is None
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # tqdm not installed
+    assert _progress_bar(3, True) is None
