@@ -432,7 +432,8 @@ class PrivacyUtilityDisplay:
         ax = _axes(ax)
         eps = np.asarray(self.epsilons, dtype=float)
         scores = np.asarray(self.scores, dtype=float)
-        (self.line_,) = ax.plot(eps, scores, marker="o", label=name or self.name, **line_kwargs)
+        line_kwargs.setdefault("marker", "o")
+        (self.line_,) = ax.plot(eps, scores, label=name or self.name, **line_kwargs)
         if self.scores_std is not None:
             std = np.asarray(self.scores_std, dtype=float)
             ax.fill_between(
@@ -450,6 +451,55 @@ class PrivacyUtilityDisplay:
             ax.legend()
         self.ax_, self.figure_ = ax, ax.figure
         return self
+
+    @classmethod
+    def from_study(
+        cls, table, method, *, baseline=True, score_name="score", ax=None, plot=True,
+        **plot_kwargs,
+    ):
+        """The curve of one method of a :func:`~skdp_label.study.privacy_utility_study` table.
+
+        Parameters
+        ----------
+        table : pandas.DataFrame or list of dict
+            The study's table; rows with ``status='ok'`` are used.
+        method : str
+            The ``method`` whose curve to draw (a mechanism label or
+            ``'dp-constant'``): mean over seeds, std band when several.
+        baseline : bool, default=True
+            Draw the table's ``'non-private'`` mean score as the baseline.
+        score_name : str, default="score"
+            Label of the y axis.
+        ax : matplotlib Axes, default=None
+            Axes to draw on.
+        plot : bool, default=True
+            Whether to draw.
+        **plot_kwargs
+            Passed to :meth:`plot`.
+
+        Returns
+        -------
+        display : PrivacyUtilityDisplay
+        """
+        from .study import NON_PRIVATE
+
+        records = table.to_dict("records") if hasattr(table, "to_dict") else list(table)
+        ok = [r for r in records if r["status"] == "ok"]
+        mine = [r for r in ok if r["method"] == method]
+        if not mine:
+            raise ValueError(f"the table has no successful row of method {method!r}.")
+        epsilons = np.array(sorted({float(r["epsilon"]) for r in mine}))
+        by_eps = [[r["score"] for r in mine if float(r["epsilon"]) == e] for e in epsilons]
+        reference = [r["score"] for r in ok if r["method"] == NON_PRIVATE]
+        disp = cls(
+            epsilons,
+            np.array([np.mean(s) for s in by_eps]),
+            scores_std=np.array([np.std(s) for s in by_eps]) if max(map(len, by_eps)) > 1 else None,
+            name=method,
+            baseline=float(np.mean(reference)) if baseline and reference else None,
+            score_name=score_name,
+        )
+        return disp.plot(ax=ax, **plot_kwargs) if plot else disp
 
     @classmethod
     def from_estimator(

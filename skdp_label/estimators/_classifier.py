@@ -150,6 +150,13 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         class frequencies of the first stage's noisy labels (free). ``'auto'``:
         K^2 / (K^2 + n_e), n_e the effective number of clean labels behind the
         model (docs/classification.md).
+    param_grid : dict or list of dicts, optional
+        Parameters of ``base_estimator`` to choose by ``GridSearchCV`` on the
+        noisy labels with :func:`~skdp_label.estimators.debiased_accuracy_scorer`
+        of the fitted mechanism (no true label, no extra budget), then refit
+        on all noisy labels. One stage and a uniform prior only.
+    cv : int, cross-validation generator or iterable, optional
+        Splitting of the noisy labels for ``param_grid`` (``GridSearchCV``'s).
     accountant : BudgetAccountant, optional
         Charged with every release; shared by clones, so model selection is
         accounted.
@@ -198,6 +205,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         Average size of the top-k sets in each stage.
     stage_train_sizes_ : list of int
         Examples each stage's model was trained on (own plus reused).
+    best_params_ : dict or None
+        Parameters chosen in ``param_grid`` (None without one).
+    cv_results_ : dict or None
+        ``GridSearchCV.cv_results_`` of that choice: scores on noisy labels.
     n_features_in_ : int
 
     Examples
@@ -249,6 +260,8 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         reuse_labels=True,
         proba_correction="backward",
         shrinkage=None,
+        param_grid=None,
+        cv=None,
         accountant=None,
         random_state=None,
         verbose=0,
@@ -266,6 +279,8 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         self.reuse_labels = reuse_labels
         self.proba_correction = proba_correction
         self.shrinkage = shrinkage
+        self.param_grid = param_grid
+        self.cv = cv
         self.accountant = accountant
         self.random_state = random_state
         self.verbose = verbose
@@ -360,7 +375,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             return np.broadcast_to(_global_mask(mech), (n_rows, n_classes))
         return _masks_from_priors(mech, priors)
 
-    def _fit_model(self, X, codes, targets, fit_params):
+    def _fit_model(self, X, codes, targets, fit_params, mechanism):
         """Fit a clone of the base estimator on noisy codes.
 
         Noise-aware base estimators also get the debiased targets (rows of
@@ -373,7 +388,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             return estimator.fit(X, codes, noise_targets=targets, **fit_params)
         if np.unique(codes).shape[0] < 2:
             return DummyClassifier(strategy="prior").fit(X, codes)
-        return self._fit_base(X, codes, fit_params)
+        return self._fit_base(X, codes, fit_params, mechanism)
 
     # -- fit -----------------------------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=False)
@@ -524,7 +539,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             ):
                 previous, model = model, self._fit_model(
                     _safe_indexing(X, train), noisy_codes[train], targets,
-                    _check_method_params(X, routed, train),
+                    _check_method_params(X, routed, train), mech,
                 )
             self.stage_train_sizes_.append(int(train.shape[0]))
 
