@@ -271,11 +271,12 @@ def _check_configuration(estimator, X, y):
     estimator._check_inputs_before_spending(X, y, {})
     if estimator._task == "classification":
         y, classes, _ = estimator._validate_targets(y)
-        estimator._check_budget_split()
-        public = {"classes": classes}
+        plan = estimator._plan(y.shape[0], classes.shape[0])  # checks the budget split
+        mechanism = estimator._make_mechanism(plan, float(estimator.epsilon), None, classes)
     else:
-        public = {"bounds": estimator.bounds, "domain": estimator.domain}
-    mechanism = estimator._build_mechanism(float(estimator.epsilon), None, None, **public)
+        mechanism = estimator._build_mechanism(
+            float(estimator.epsilon), None, None, bounds=estimator.bounds, domain=estimator.domain
+        )
     mechanism._validate_params()
     mechanism._check_epsilon_cap()
     mechanism._check_public_inputs()
