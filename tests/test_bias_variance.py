@@ -195,6 +195,7 @@ def test_transition_matrix_is_exactly_private(seed):
         warnings.simplefilter("error")  # no fallback
         mech = fitted(eps, y, p, float(rng.choice([1.0, 4.0, 50.0])))
     assert_exactly_private(mech.transition_matrix_, eps)
+    assert mech.lower_bound_ <= mech.objective_ * (1 + 1e-9)
     bias, var = bias_and_variance(y, mech.output_values_, mech.transition_matrix_)
     np.testing.assert_array_equal(bias, mech.bias_)
     assert np.all(var >= 0)

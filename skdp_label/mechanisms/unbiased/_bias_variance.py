@@ -15,9 +15,13 @@ is the squared-loss objective RR-on-Bins solves optimally (paper 000),
 Structure (shared with :mod:`._solver`, whose building blocks are used)
 -----------------------------------------------------------------------
 * Columns are staircase rays ``t_j a_j`` at outputs ``z_j``,
-  ``a_S = 1 + (e^eps - 1) 1_S`` with ``S`` an interval of the sorted inputs
-  (001 Thm. 6, App. B Claim 11: its transformations keep every row's mean
-  and lower ``E[(y_hat - y)^2]``, so they lower this objective too). With
+  ``a_S = 1 + (e^eps - 1) 1_S`` with ``S`` an interval of the sorted inputs.
+  001 App. B proves that intervals suffice for unbiased mechanisms; its
+  Claims 12-13 keep every row's mean and lower ``E[(y_hat - y)^2]``, so
+  they lower this objective too, but Claim 14 needs strictly increasing
+  means, which biased optima need not have (ties: labels sharing a bin).
+  The problem solved is therefore the one over interval rays, and the
+  certificate below is over all rays (see "Certificate"). With
   ``s = t z`` the squared loss of a column is the perspective
   ``alpha s^2 / t - 2 beta s + gamma t``, and the row means
   ``m_i = sum_j a_j[i] s_j`` are linear in ``s``: the penalty
@@ -40,7 +44,15 @@ Structure (shared with :mod:`._solver`, whose building blocks are used)
   staircase pattern, not only intervals; any outputs) the objective is at
   least ``staircase_lower_bound(y, p, e, u, w) - sum_i w_i^2 / (4 c p_i)``
   (the ray weights sum to at most 1, and the penalty's minimum over the
-  means is the quadratic above); :func:`penalised_lower_bound`.
+  means is the quadratic above); :func:`penalised_lower_bound`. ``w`` is
+  unique (the optimal means are, the penalty being strictly convex in
+  them) but, when the optimum has fewer rays than labels (few bins), the
+  row prices ``u`` are not: the polished ones and the best ones an LP finds
+  (:func:`_best_prices`) are tried, and the bound can still be loose (it
+  was in about half of random priors with 15-40 labels, by 0.01 % to
+  over 100 %). The solution is always certified over interval rays (the
+  interior point's dual value); a brute-force search over all epsilon-DP
+  matrices on an output grid found nothing better in the tested cases.
 * The optimal patterns are read off the interior point (``t_j >> r_j``)
   and Newton's method on the optimality conditions for those patterns
   (weights, duals, outputs) polishes them; patterns found missing by the
