@@ -310,3 +310,21 @@ def test_state_reuse_gives_the_same_solution():
         out2, mat2, obj2, _, _ = bias_variance_continuous(y, p, 0.8, lam)
         assert obj == pytest.approx(obj2, rel=1e-12)
         np.testing.assert_allclose(out, out2, rtol=1e-9, atol=1e-9)
+
+
+def test_certificate_is_tight_on_a_few_bin_optimum(monkeypatch):
+    # Few-bin optima leave the row prices non-unique; the price LP must find
+    # certifying ones (without it the bound is 13 % loose on this prior).
+    from skdp_label.mechanisms.unbiased import _bias_variance
+
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        y = np.sort(rng.choice(np.arange(0, 80), size=20, replace=False)).astype(float)
+        p = rng.gamma(1.0, size=20)
+    p /= p.sum()
+    _, _, obj, low, _ = bias_variance_continuous(y, p, 1.0, 100.0)
+    assert obj * (1 - 1e-8) <= low <= obj * (1 + 1e-9)
+    monkeypatch.setattr(_bias_variance, "_MAX_PRICES_LP", 0)
+    _, _, obj_nolp, low_nolp, _ = bias_variance_continuous(y, p, 1.0, 100.0)
+    assert obj_nolp == pytest.approx(obj, rel=1e-12)
+    assert low_nolp < obj * 0.95

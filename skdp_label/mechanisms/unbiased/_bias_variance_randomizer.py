@@ -100,10 +100,10 @@ class BiasVarianceRandomizer(_UnbiasedRoundingMixin, BasePriorMechanism):
         ``E[(y_hat - y)^2]`` under ``prior_``.
     lower_bound_ : float
         Certified lower bound on ``objective_`` over every epsilon-DP
-        randomizer for ``prior_`` (any outputs); NaN after a fallback. For
-        ``bias_weight > 1`` and optima with few outputs it can be loose:
-        the solver's optimum is certified over interval-staircase
-        randomizers (see the module docstring of ``_bias_variance.py``).
+        randomizer for ``prior_`` (any outputs); NaN after a fallback. With
+        more than 30 grid labels and an optimum with few outputs it can be
+        loose (docs/unbiased.md); the optimum is always certified over
+        interval-staircase randomizers.
     prior_ : ndarray of shape (k,)
         The prior used (public, or the noisy histogram).
     prior_epsilon_ : float
