@@ -62,6 +62,12 @@ class _UnbiasedRoundingMixin:
         n = auto_grid_size(float(self.epsilon)) if self.grid_size == "auto" else int(self.grid_size)
         return np.linspace(lo, hi, n)
 
+    def _domain(self):
+        # A public prior's values are the grid; else the declared grid.
+        if getattr(self, "prior", None) is not None:
+            return super()._domain()
+        return self._grid(), None
+
     def _label_range(self):
         # Randomized rounding is unbiased only inside the grid (or a public
         # prior's support): its ends, not wider bounds, are the range.
@@ -208,11 +214,6 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
         self.grid_size = grid_size
         self.outputs = outputs
         self.prior_epsilon = prior_epsilon
-
-    def _domain(self):
-        if self.prior is not None:
-            return super()._domain()
-        return self._grid(), None
 
     def _debiased_rr_fallback(self, values, epsilon, exc):
         """Last resort, exact by construction: debiased randomized response.
