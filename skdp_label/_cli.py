@@ -44,7 +44,7 @@ examples, one per mechanism family (the key file comes from `skdp-label keygen l
       --ledger budget.jsonl --budget 8 --output released.parquet
   unbiased randomizers:
     skdp-label privatize sales.csv --label amount --mechanism unbiased --epsilon 2 \\
-      --bounds 0 100 --grid-step 0.5 --key-file label.key --release-id amt-1 \\
+      --bounds 0 100 --key-file label.key --release-id amt-1 \\
       --ledger budget.jsonl --budget 8 --output released.csv
   additive noise (laplace, gaussian, staircase, discrete-laplace, ...):
     skdp-label privatize sales.parquet --label amount --id user_id --mechanism gaussian \\
@@ -593,7 +593,8 @@ def add_subcommands(sub):
     p.add_argument("--clip", action="store_true",
                    help="clip labels to --bounds (default: labels outside the bounds are an error)")
     p.add_argument("--grid-step", "--resolution", dest="grid_step", type=float,
-                   help="grid step of the label domain (mechanisms with `resolution`)")
+                   help="grid step of the label domain (mechanisms with `resolution`); "
+                        "default: sized from epsilon and the row count (docs/grid.md)")
     p.add_argument("--classes", nargs="+", help="public classes (classification mechanisms)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="another mechanism parameter (JSON value, or a string); repeatable")

@@ -125,11 +125,15 @@ def noise_summary(mechanism) -> dict[str, float]:
 
 
 def public_parameters(mechanism) -> dict[str, Any]:
-    return {
+    params = {
         name: value
         for name, value in mechanism.get_params(deep=False).items()
         if name not in _HIDDEN_PARAMS and value is not None
     }
+    if getattr(mechanism, "_grid_family", None) is not None and hasattr(mechanism, "input_values_"):
+        # The grid the mechanism was fitted on (e.g. the size resolution='auto' chose).
+        params["grid_points"] = int(len(mechanism.input_values_))
+    return params
 
 
 def mechanism_report(owner, mechanisms, extra_steps=(), parallel=False) -> PrivacyReport:

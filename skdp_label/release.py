@@ -24,7 +24,11 @@ How the noise is derived (docs/labels_party.md):
   sampler needs;
 * the private prior of prior-based mechanisms (two passes: exact counts
   summed over batches, then noised once) uses a Generator keyed by
-  HMAC(secret, "prior" | release id).
+  HMAC(secret, "prior" | release id). A grid sized by the row count
+  (``resolution='auto'``) is unknown in pass 1: the counts are kept on a
+  fine public grid of 16,385 points over the bounds and added onto the
+  grid's nearest points in :meth:`KeyedRelease.fit`, so batches and the
+  in-memory path give the same grid and the same prior.
 
 Labels are never hashed or used as key material.
 """
@@ -50,7 +54,12 @@ from . import __name__ as _package
 from ._accountant import BudgetAccountant
 from ._kernels._philox import KeyedRows, philox4x64
 from .mechanisms._base import BaseDiscreteMechanism, BaseLabelMechanism
-from .mechanisms._prior import BasePriorMechanism, noisy_histogram_from_counts, split_epsilon
+from .mechanisms._prior import (
+    BasePriorMechanism,
+    nearest_domain_index,
+    noisy_histogram_from_counts,
+    split_epsilon,
+)
 from .mechanisms._registry import get_mechanism_class
 from .mechanisms._validation import check_bounds, check_classes
 
@@ -67,6 +76,10 @@ _KEY_BYTES = 32
 # Row keys as two uint64 words per row (what id_row_keys returns).
 RowKeys = tuple[np.ndarray, np.ndarray]
 _ID_FLAG = np.uint64(1 << 63)
+# Pass-1 counts of a grid sized by the row count (resolution='auto') are kept
+# on this many evenly spaced points over the bounds, at least 8 per point of
+# any auto grid; fit adds them onto the grid once the row count is known.
+_COUNT_POINTS = (1 << 14) + 1
 
 
 class ReleaseKey:
@@ -321,7 +334,7 @@ class KeyedRelease:
             raise ValueError(f"{type(self.mechanism).__name__} with a public prior needs no counts.")
         y = self._check_batch(y_batch)
         lo, hi = self._row_pairs(row_keys, y.shape[0])
-        values = self.mechanism._domain()[0]
+        values = self._count_values()
         rows = KeyedRows(*self._philox, np.uint64(1 << 32), lo, hi)  # a stage range of its own
         return np.bincount(self.mechanism._histogram_codes(y, rows, values), minlength=values.size)
 
@@ -330,10 +343,26 @@ class KeyedRelease:
         if self.fitted_ is not None:
             raise ValueError("the release is already fitted; counts must come before fit.")
         counts = np.asarray(counts, dtype=np.int64)
-        if counts.shape != (self.mechanism._domain()[0].size,) or np.any(counts < 0):
+        if counts.shape != (self._count_values().size,) or np.any(counts < 0):
             raise ValueError("counts must be non-negative, one per domain value.")
         self._counts = counts if self._counts is None else self._counts + counts
         self._n_counted += int(n_labels)
+
+    def _count_values(self):
+        """Public values pass 1 counts labels on: the domain, or for a grid
+        sized by the row count, a fine grid over the bounds."""
+        mech = self.mechanism
+        if mech._grid_depends_on_n():
+            lo, hi = check_bounds(mech.bounds, owner=type(mech).__name__)
+            return np.linspace(lo, hi, _COUNT_POINTS)
+        return mech._domain()[0]
+
+    def _grid_counts(self, values):
+        """Pass-1 counts on the grid ``values`` (each counted point to its nearest)."""
+        if not self.mechanism._grid_depends_on_n():
+            return self._counts
+        target = nearest_domain_index(values, self._count_values())
+        return np.bincount(target, weights=self._counts, minlength=values.size).astype(np.int64)
 
     @classmethod
     def for_workers(
@@ -385,7 +414,7 @@ class KeyedRelease:
                     f"pass 1 counted {self._n_counted} labels, but n_rows={n_rows}; add the counts "
                     "of every batch before fit."
                 )
-            values = mech._domain()[0]
+            values = mech._domain(n_labels=n_rows)[0]
             eps1, eps2 = split_epsilon(epsilon, mech.prior_epsilon, n_rows, values.size)
             split = {"prior": eps1, "labels": eps2}
         placeholder = _placeholder(mech)
@@ -413,7 +442,8 @@ class KeyedRelease:
         else:
             prior_rng = np.random.Generator(np.random.Philox(key=np.frombuffer(
                 self._key._derive("prior", self.release_id)[:16], dtype=np.uint64).copy()))
-            noisy = noisy_histogram_from_counts(self._counts, split["prior"], prior_rng)
+            counts = self._grid_counts(values)
+            noisy = noisy_histogram_from_counts(counts, split["prior"], prior_rng)
             # The noisy prior is now a public input: the labels get epsilon_2.
             mech.set_params(prior=(values, noisy), epsilon=split["labels"])
             self._counts = None  # exact counts are not kept past this point

@@ -50,10 +50,11 @@ MECHANISMS = {
     "staircase": lambda **kw: Staircase(bounds=(0.0, 10.0), **kw),
     "discrete-staircase": lambda **kw: DiscreteStaircase(bounds=(0, 10), **kw),
     "gaussian": lambda **kw: Gaussian(bounds=(0.0, 10.0), **kw),
-    "exponential": lambda **kw: ExponentialMechanism(bounds=(0.0, 10.0), **kw),
+    # Unit grids: the auditors need the labels on the grid.
+    "exponential": lambda **kw: ExponentialMechanism(bounds=(0.0, 10.0), resolution=1, **kw),
     "rr-on-bins": lambda **kw: RROnBins(bounds=(0, 10), **kw),
     "rr-on-bins-public-prior": lambda **kw: RROnBins(prior=(np.arange(11), np.ones(11)), **kw),
-    "unbiased": lambda **kw: OptimalUnbiased(bounds=(0, 10), **kw),
+    "unbiased": lambda **kw: OptimalUnbiased(bounds=(0, 10), resolution=1, **kw),
     "debiased-rr": lambda **kw: DebiasedRR(bounds=(0, 10), **kw),
 }
 LABELS = np.tile(np.arange(11), 60)

@@ -142,7 +142,9 @@ def test_failing_release_spends_nothing(key):
 
 def test_manifest_is_the_hand_off(key, tmp_path):
     y = np.arange(2000) % 11.0
-    out, release = privatize(y, _mechanism("rr-on-bins", 2.0), key, "m1")
+    # The unit grid: the exact histogram below is over the 11 integer labels.
+    mech = make_mechanism("rr-on-bins", epsilon=2.0, bounds=(0, 10), resolution=1)
+    out, release = privatize(y, mech, key, "m1")
     manifest = release.manifest()
     text = json.dumps(manifest)  # JSON-serialisable as it is
     assert json.loads(text)["release_id"] == "m1"

@@ -217,7 +217,7 @@ def test_private_prior_accounting():
     rng = np.random.default_rng(5)
     y = rng.poisson(6.0, size=3000).astype(float)
     acc = BudgetAccountant(epsilon=2.0)
-    mech = RROnBins(epsilon=2.0, bounds=(0, 20), accountant=acc, random_state=0)
+    mech = RROnBins(epsilon=2.0, bounds=(0, 20), resolution=1, accountant=acc, random_state=0)
     mech.fit_transform(y)
     assert mech.epsilon_spent_ == pytest.approx(2.0, rel=1e-12)
     assert acc.spent_epsilon == pytest.approx(2.0, rel=1e-12)
@@ -237,16 +237,17 @@ def test_prior_is_the_noisy_histogram():
     rng = np.random.default_rng(6)
     y = rng.integers(0, 11, size=2000).astype(float)
     exact = np.bincount(y.astype(int), minlength=11) / y.size
-    tiny = RROnBins(epsilon=1.0, bounds=(0, 10), prior_epsilon=1e-3, random_state=0).fit(y)
+    unit = {"bounds": (0, 10), "resolution": 1}
+    tiny = RROnBins(epsilon=1.0, **unit, prior_epsilon=1e-3, random_state=0).fit(y)
     assert tiny.prior_epsilon_ == 1e-3
     assert np.abs(tiny.prior_ - exact).sum() > 0.2  # noise of scale 2000 per count
     assert tiny.epsilon_spent_ == pytest.approx(1e-3)
-    bigs = [RROnBins(epsilon=8.0, bounds=(0, 10), prior_epsilon=4.0).fit(y).prior_ for _ in range(5)]
+    bigs = [RROnBins(epsilon=8.0, **unit, prior_epsilon=4.0).fit(y).prior_ for _ in range(5)]
     assert all(np.abs(big - exact).sum() < 0.02 for big in bigs)
     # Each fit leaves all 11 counts unchanged with probability ~0.05: not all five.
     assert not all(np.array_equal(big, exact) for big in bigs)
     # Two fits with different seeds draw different histograms.
-    other = RROnBins(epsilon=1.0, bounds=(0, 10), prior_epsilon=1e-3, random_state=1).fit(y)
+    other = RROnBins(epsilon=1.0, **unit, prior_epsilon=1e-3, random_state=1).fit(y)
     assert not np.allclose(tiny.prior_, other.prior_)
 
 

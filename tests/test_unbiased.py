@@ -136,7 +136,7 @@ def test_feasible_output_set_endpoints():
 
 
 def test_debiased_rr_is_exact_and_unbiased():
-    mech = DebiasedRR(epsilon=0.7, bounds=(0, 9), random_state=0).fit([1.0])
+    mech = DebiasedRR(epsilon=0.7, bounds=(0, 9), resolution=1, random_state=0).fit([1.0])
     assert_exact(mech)
     np.testing.assert_allclose(mech.output_values_, debiased_rr_outputs(np.arange(10.0), 0.7))
 
@@ -227,10 +227,12 @@ def test_single_value_domain():
 
 
 def test_auto_grid_size():
-    assert auto_grid_size(0.1) == 8
-    assert auto_grid_size(20.0) == 201
+    assert auto_grid_size(0.1) == 3
+    assert auto_grid_size(20.0) == 101
+    assert auto_grid_size(1.0) == 12
     mech = OptimalUnbiased(epsilon=1.0, bounds=(0.0, 1.0), grid_size="auto", random_state=0).fit([0.5] * 50)
-    assert mech.input_values_.size == auto_grid_size(1.0)
+    # 50 labels resolve a prior over at most 50 / 8 bins.
+    assert mech.input_values_.size == auto_grid_size(1.0, n_labels=50) == 6
 
 
 @pytest.mark.parametrize("params, y", [

@@ -5,6 +5,7 @@ select them by name through :func:`get_mechanism_class`.
 """
 
 from ._base import BaseDiscreteMechanism, BaseLabelMechanism
+from ._grid_rule import auto_grid_points
 from ._prior import BasePriorMechanism
 from ._registry import get_mechanism_class, make_mechanism, mechanism_names
 from .bins import RROnBins
@@ -49,4 +50,5 @@ __all__ = [
     "get_mechanism_class",
     "make_mechanism",
     "mechanism_names",
+    "auto_grid_points",
 ]

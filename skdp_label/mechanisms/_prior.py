@@ -19,6 +19,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._kernels._sampling import staircase_noise
 from ._base import OUT_OF_BOUNDS_CONSTRAINT, BaseDiscreteMechanism
+from ._grid_rule import auto_grid
 from ._validation import check_bounds
 from ..utils._repr import public_repr
 
@@ -145,7 +146,15 @@ class BasePriorMechanism(BaseDiscreteMechanism):
     Fitted attributes set here: ``input_values_`` (the domain),
     ``prior_`` (probabilities aligned with ``input_values_``),
     ``prior_epsilon_`` (0 for a public prior), ``epsilon_spent_``.
+
+    Subclasses that set ``_grid_family`` accept ``resolution='auto'``: the
+    grid over ``bounds`` then comes from
+    :func:`~skdp_label.mechanisms.auto_grid_points` (public
+    bounds, epsilon and, for a private prior, the number of labels).
     """
+
+    #: Family of the ``resolution='auto'`` rule (docs/grid.md); None: no 'auto'.
+    _grid_family = None
 
     _parameter_constraints = {
         **BaseDiscreteMechanism._parameter_constraints,
@@ -161,7 +170,25 @@ class BasePriorMechanism(BaseDiscreteMechanism):
     def _build_mechanism(self, prior_values, prior_probabilities, epsilon):
         """Set ``output_values_`` and ``transition_matrix_`` for ``epsilon``."""
 
-    def _domain(self):
+    def _auto_grid(self):
+        """Whether the grid comes from the ``'auto'`` rule (no prior, no domain)."""
+        return (
+            self._grid_family is not None and self.prior is None and self.domain is None
+            and isinstance(self.resolution, str) and self.resolution == "auto"
+        )
+
+    def _grid_depends_on_n(self):
+        """Whether the grid depends on the number of labels (an 'auto' grid
+        whose size is capped by what the private prior resolves)."""
+        return self.prior is None and self._auto_grid()
+
+    def _domain(self, n_labels=None):
+        """(values, public probabilities or None).
+
+        ``n_labels`` is the public number of labels the private prior will be
+        estimated from; an ``'auto'`` grid is capped by it (``None``: no cap,
+        the grid for unlimited labels -- same end points).
+        """
         if self.prior is not None:
             try:
                 values, probs = self.prior
@@ -179,6 +206,13 @@ class BasePriorMechanism(BaseDiscreteMechanism):
                 raise ValueError("prior values must be distinct.")
             order = np.argsort(values)
             return values[order], probs[order] / probs.sum()
+        if self._auto_grid():
+            owner = type(self).__name__
+            grid = auto_grid(
+                self.bounds, self._grid_family, float(self.epsilon), n_labels, self.prior_epsilon,
+                owner,
+            )
+            return grid, None
         return resolve_domain(
             self.domain, self.bounds, self.resolution, owner=f"{type(self).__name__} given no prior and"
         ), None
@@ -205,7 +239,7 @@ class BasePriorMechanism(BaseDiscreteMechanism):
         A public prior is free; otherwise epsilon_1 is charged, then the noisy
         histogram is drawn from a generator of its own.
         """
-        values, public_probs = self._domain()
+        values, public_probs = self._domain(n_labels=y.shape[0])
         if public_probs is not None:
             self.prior_epsilon_ = 0.0
             return values, public_probs, float(self.epsilon)

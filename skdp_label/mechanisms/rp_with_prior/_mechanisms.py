@@ -187,7 +187,7 @@ class RPWithPrior(BasePriorMechanism):
         self.granularity = granularity
 
     # -- public inputs -------------------------------------------------------
-    def _domain(self):
+    def _domain(self, n_labels=None):
         if self.n_bins is not None and (
             self.prior is not None or self.domain is not None or self.resolution is not None
         ):
@@ -197,7 +197,7 @@ class RPWithPrior(BasePriorMechanism):
             n = _DEFAULT_N_BINS if self.n_bins is None else int(self.n_bins)
             width = (hi - lo) / n
             return lo + width * (np.arange(n) + 0.5), None
-        values, probs = super()._domain()
+        values, probs = super()._domain(n_labels)
         if self.prior is not None and self.bounds is not None:
             lo, hi = check_bounds(self.bounds)
             if values[0] < lo or values[-1] > hi:

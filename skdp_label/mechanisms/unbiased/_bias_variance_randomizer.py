@@ -129,6 +129,7 @@ class BiasVarianceRandomizer(_UnbiasedRoundingMixin, BasePriorMechanism):
     _parameter_constraints = {
         **BasePriorMechanism._parameter_constraints,
         "bias_weight": [Interval(Real, 1, None, closed="left")],
+        "resolution": OptimalUnbiased._parameter_constraints["resolution"],
         "grid_size": OptimalUnbiased._parameter_constraints["grid_size"],
     }
 

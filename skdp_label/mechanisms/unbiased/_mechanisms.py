@@ -12,6 +12,7 @@ from ..._kernels._philox import uniforms
 from ..._kernels._sampling import randomized_response_indices, rr_constants, rr_flip_probability
 from ...utils._progress import VERBOSE_CONSTRAINT, VERBOSE_DOC, Progress, format_epsilon
 from .._base import OUT_OF_BOUNDS_CONSTRAINT, OUT_OF_BOUNDS_DOC, BaseDiscreteMechanism
+from .._grid_rule import auto_grid, auto_grid_points
 from .._prior import BasePriorMechanism, resolve_domain
 from .._registry import register_mechanism
 from .._validation import check_bounds
@@ -27,46 +28,62 @@ from ._solver import (
 
 __all__ = ["OptimalUnbiased", "DebiasedRR", "auto_grid_size"]
 
-# The automatic grid never has more points than this.
-_MAX_AUTO_GRID = 201
 
+def auto_grid_size(epsilon, n_labels=None, prior_epsilon="auto"):
+    """Number of grid points ``OptimalUnbiased``'s ``'auto'`` grid has.
 
-def auto_grid_size(epsilon):
-    """Number of grid points ``grid_size='auto'`` uses for ``bounds``.
-
-    ``ceil(20 sinh(eps / 2)) + 1`` points, between 8 and 201: randomized
+    ``ceil(20 sinh(eps / 2)) + 1`` points, capped at 101 (fit time) and at
+    what a private prior of ``n_labels`` labels resolves: randomized
     rounding onto a grid of step ``D`` adds at most ``D^2 / 4`` to the
-    variance, here at most 1/400 of ``(hi - lo)^2 / (4 sinh^2(eps / 2))``,
-    the variance debiased RR needs on two labels ``lo`` and ``hi``; a
-    heuristic that keeps the rounding noise small next to the
-    randomizer's own.
+    variance, here at most 1/100 of ``(hi - lo)^2 / (16 sinh^2(eps / 2))``,
+    a lower bound on the variance of every unbiased epsilon-DP randomizer
+    (docs/grid.md). The ``OptimalUnbiased`` case of
+    :func:`~skdp_label.mechanisms.auto_grid_points`.
 
     Examples
     --------
     >>> from skdp_label.mechanisms.unbiased import auto_grid_size
-    >>> auto_grid_size(1.0), auto_grid_size(4.0)
-    (12, 74)
+    >>> auto_grid_size(1.0), auto_grid_size(4.0), auto_grid_size(4.0, n_labels=200)
+    (12, 74, 25)
     """
-    return int(min(max(math.ceil(20.0 * math.sinh(epsilon / 2.0)) + 1, 8), _MAX_AUTO_GRID))
+    return auto_grid_points("unbiased", epsilon, n_labels, prior_epsilon)
 
 
 class _UnbiasedRoundingMixin:
     """Public grid from the declared inputs; labels enter by randomized rounding."""
 
-    def _grid(self):
-        if self.grid_size is None:
-            return resolve_domain(self.domain, self.bounds, self.resolution, owner=type(self).__name__)
-        if self.domain is not None or self.resolution is not None:
-            raise ValueError("grid_size cannot be combined with domain or resolution.")
-        lo, hi = check_bounds(self.bounds, owner=f"{type(self).__name__} with grid_size")
-        n = auto_grid_size(float(self.epsilon)) if self.grid_size == "auto" else int(self.grid_size)
-        return np.linspace(lo, hi, n)
+    #: The 'auto' rule of the unbiased family (docs/grid.md), unless a class sets its own.
+    _grid_family = "unbiased"
 
-    def _domain(self):
+    def _auto_grid(self):
+        if getattr(self, "prior", None) is not None or self.domain is not None:
+            return False
+        if self.grid_size is not None:
+            return isinstance(self.grid_size, str)
+        return isinstance(self.resolution, str) and self.resolution == "auto"
+
+    def _grid(self, n_labels=None):
+        """The grid; an 'auto' grid of a private prior is capped by ``n_labels``."""
+        owner = type(self).__name__
+        resolution = None if isinstance(self.resolution, str) else self.resolution
+        if self.grid_size is not None and (self.domain is not None or resolution is not None):
+            raise ValueError("grid_size cannot be combined with domain or resolution.")
+        if self._auto_grid():
+            private_prior = isinstance(self, BasePriorMechanism)  # no public prior here
+            return auto_grid(
+                self.bounds, self._grid_family, float(self.epsilon),
+                n_labels if private_prior else None, getattr(self, "prior_epsilon", "auto"), owner,
+            )
+        if self.grid_size is not None:
+            lo, hi = check_bounds(self.bounds, owner=f"{owner} with grid_size")
+            return np.linspace(lo, hi, int(self.grid_size))
+        return resolve_domain(self.domain, self.bounds, resolution, owner=owner)
+
+    def _domain(self, n_labels=None):
         # A public prior's values are the grid; else the declared grid.
         if getattr(self, "prior", None) is not None:
             return super()._domain()
-        return self._grid(), None
+        return self._grid(n_labels), None
 
     def _label_range(self):
         # Randomized rounding is unbiased only inside the grid (or a public
@@ -89,14 +106,18 @@ class _UnbiasedRoundingMixin:
 _GRID_DOC = """    domain : array-like, optional
         Public finite label domain (the grid labels are rounded onto).
     bounds : tuple (lo, hi), optional
-        Public label bounds; with ``resolution`` (default 1, integer labels)
-        or ``grid_size`` they define the grid.
-    resolution : float, optional
-        Grid step from ``bounds[0]`` (``bounds[1]`` is always included).
+        Public label bounds; with ``resolution`` or ``grid_size`` they
+        define the grid.
+    resolution : 'auto', float or None
+        ``'auto'`` (the default of ``OptimalUnbiased`` and ``DebiasedRR``):
+        evenly spaced points over ``bounds``, as many as
+        epsilon (and the number of labels, for a private prior) can use
+        (:func:`~skdp_label.mechanisms.auto_grid_points`, docs/grid.md). A
+        number: the grid step from ``bounds[0]`` (``bounds[1]`` is always
+        included); ``None``: a step of 1 (the unit grid).
     grid_size : int or 'auto', optional
         Number of evenly spaced grid points over ``bounds`` instead of a
-        ``resolution``; ``'auto'`` picks it from ``epsilon`` (see
-        :func:`auto_grid_size`).
+        ``resolution``; ``'auto'`` is the same as ``resolution='auto'``.
 """ + OUT_OF_BOUNDS_DOC.format()
 
 
@@ -126,6 +147,13 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
     ``prior_epsilon`` (001 App. C, Alg. 3) and the randomizer is built for
     the rest, ``epsilon - prior_epsilon`` (including the grid of Alg. 2: the
     paper's Alg. 3 writes epsilon_1 there, a typo).
+
+    The default grid (``resolution='auto'``) has ``ceil(20 sinh(eps / 2)) + 1``
+    evenly spaced points over ``bounds`` (:func:`auto_grid_size`): rounding
+    then adds at most 1% of the variance any unbiased epsilon-DP randomizer
+    has; at most 101 points (fit time) and at most what the private prior
+    resolves from ``n`` labels (``n / 8``, fewer at small epsilon). Pass
+    ``resolution=1`` for the unit grid (docs/grid.md).
 
     Parameters
     ----------
@@ -183,10 +211,12 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
 
     _parameter_constraints = {
         **BasePriorMechanism._parameter_constraints,
+        "resolution": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither"), None],
         "grid_size": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"}), None],
         "outputs": [StrOptions({"continuous"}), Interval(Integral, 2, None, closed="left")],
         "verbose": VERBOSE_CONSTRAINT,
     }
+    _grid_family = "unbiased"
 
     def __init__(
         self,
@@ -195,7 +225,7 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
         prior=None,
         domain=None,
         bounds=None,
-        resolution=None,
+        resolution="auto",
         grid_size=None,
         outputs="continuous",
         prior_epsilon="auto",
@@ -289,7 +319,10 @@ class DebiasedRR(_UnbiasedRoundingMixin, BaseDiscreteMechanism):
     k-ary randomized response over the grid, each label ``y`` replaced by
     ``Phi(y) = ((e^eps + k - 1) y - sum(grid)) / (e^eps - 1)`` so that
     ``E[y_hat | y] = y``. Labels are unbiasedly rounded onto the grid first
-    (001 §3). It needs no prior; its variance grows with the grid size.
+    (001 §3). It needs no prior; its variance grows with the grid size, so
+    the default grid (``resolution='auto'``) has the number of points that
+    minimises its exact mean squared error, rounding included, for labels
+    spread over the bounds (2 or 3 points up to epsilon = 2; docs/grid.md).
 
     Parameters
     ----------
@@ -328,13 +361,14 @@ class DebiasedRR(_UnbiasedRoundingMixin, BaseDiscreteMechanism):
         **BaseDiscreteMechanism._parameter_constraints,
         "domain": ["array-like", None],
         "bounds": [tuple, list, None],
-        "resolution": [Interval(Real, 0, None, closed="neither"), None],
+        "resolution": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither"), None],
         "grid_size": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"}), None],
         "out_of_bounds": OUT_OF_BOUNDS_CONSTRAINT,
     }
+    _grid_family = "debiased-rr"
 
     def __init__(
-        self, epsilon=1.0, *, domain=None, bounds=None, resolution=None, grid_size=None,
+        self, epsilon=1.0, *, domain=None, bounds=None, resolution="auto", grid_size=None,
         out_of_bounds="raise", accountant=None, random_state=None,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
@@ -343,9 +377,6 @@ class DebiasedRR(_UnbiasedRoundingMixin, BaseDiscreteMechanism):
         self.bounds = bounds
         self.resolution = resolution
         self.grid_size = grid_size
-
-    def _domain(self):
-        return self._grid(), None
 
     def _fit_mechanism(self, y):
         values = self._grid()
