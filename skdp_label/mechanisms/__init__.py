@@ -21,6 +21,7 @@ from .classic import (
 from .quantization import ERM, MVU, OPTM, RQM, RandomizedQuantization
 from .rp_with_prior import RPWithPrior, RRWithPriorRegression
 from .unbiased import DebiasedRR, OptimalUnbiased
+from .auto import AutoRegression  # after bins and unbiased: it builds them
 
 __all__ = [
     "RandomizedResponse",
@@ -35,6 +36,7 @@ __all__ = [
     "RROnBins",
     "OptimalUnbiased",
     "DebiasedRR",
+    "AutoRegression",
     "RandomizedQuantization",
     "RQM",
     "ERM",
