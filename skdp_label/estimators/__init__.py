@@ -1,6 +1,7 @@
 """Meta-estimators that train scikit-learn models on label-DP labels."""
 
 from ._classifier import LabelDPClassifier
+from ._effective_size import effective_sample_size
 from ._regressor import LabelDPRegressor
 from ._tables import classification_table
 from ._scorers import (
@@ -20,4 +21,5 @@ __all__ = [
     "debiased_accuracy_scorer",
     "unbiased_square_estimator",
     "classification_table",
+    "effective_sample_size",
 ]
