@@ -63,8 +63,11 @@ def test_auto_picks_the_least_predicted_risk_of_the_standalone_mechanisms(seed, 
     values, probs = _random_prior(seed)
     auto = AutoRegression(epsilon, n_eff=n_eff, prior=(values, probs)).fit(values[:1])
     risks = {}
-    for name, cls in [("rr-on-bins", RROnBins), ("unbiased", OptimalUnbiased)]:
-        mech = cls(epsilon, prior=(values, probs)).fit(values[:1])
+    for name, make in [
+        ("rr-on-bins", lambda: RROnBins(epsilon, prior=(values, probs)).fit(values[:1])),
+        ("unbiased", lambda: OptimalUnbiased(epsilon, prior=(values, probs)).fit(values[:1])),
+    ]:
+        mech = make()
         risks[name] = predicted_risk(values, mech.output_values_, mech.transition_matrix_, probs, n_eff)[2]
         assert auto.predicted_risks_[name]["risk"] == pytest.approx(risks[name], rel=1e-6)
         if name == auto.selected_:
@@ -194,3 +197,21 @@ def test_default_unbiased_warns_far_from_the_best_with_public_figures():
         warnings.simplefilter("error", UserWarning)
         LabelDPRegressor(Ridge(), "auto", 0.05, bounds=(0, 10)).fit(X, y)  # never warns
         LabelDPRegressor(Ridge(), "unbiased", 4.0, bounds=(0, 10)).fit(X, y)  # the best here
+
+
+# -- the noisy histogram's post-processing -----------------------------------------------------------
+@pytest.mark.parametrize("seed", range(5))
+def test_norm_sub_keeps_the_noisy_total_and_removes_spurious_mass(seed):
+    from skdp_label.mechanisms._prior import norm_sub
+
+    rng = np.random.default_rng(seed)
+    counts = np.r_[1000.0, np.zeros(30)] + rng.laplace(0, 40, 31)  # one real value, 30 empty
+    out = norm_sub(counts)
+    assert np.all(out >= 0) and out.sum() == pytest.approx(counts.sum())
+    delta = (counts - out)[out > 0]
+    assert np.allclose(delta, delta[0]) and delta[0] >= 0  # one common shift
+    # Plain clipping at 0 put ~15 % of the mass on empty values; norm-sub much less.
+    clipped = np.maximum(counts, 0)
+    assert out[1:].sum() / out.sum() < 0.5 * clipped[1:].sum() / clipped.sum()
+    positive = np.abs(counts) + 1.0
+    np.testing.assert_array_equal(norm_sub(positive), positive)  # nothing to remove

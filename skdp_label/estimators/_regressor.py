@@ -172,8 +172,14 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         # Everything that can fail is checked before any budget is spent.
         routed = self._check_inputs_before_spending(X, y, fit_params)
         n_samples = _num_samples(X)
+        # 'auto' measures n_eff on the public features (one fit on synthetic
+        # labels, before anything is spent) unless it is given; the warning
+        # of the other prior mechanisms uses the hyper-parameter rules only.
+        measure = self._is_auto() and "n_eff" not in (self.mechanism_params or {}) and getattr(
+            self.mechanism, "n_eff", None) is None
         n_eff = effective_sample_size(
-            self.base_estimator, n_samples, X.shape[1] if len(getattr(X, "shape", ())) == 2 else 1
+            self.base_estimator, n_samples, X.shape[1] if len(getattr(X, "shape", ())) == 2 else 1,
+            X if measure else None,
         )
         mechanism = self._build_mechanism(
             float(self.epsilon),
@@ -212,6 +218,11 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         return np.clip(y_pred, *self.prediction_bounds_)
 
     # -- the choice of mechanism (docs/auto.md) -----------------------------------
+    def _is_auto(self):
+        if isinstance(self.mechanism, str):
+            return self.mechanism == "auto"
+        return type(self.mechanism).__name__ == "AutoRegression"
+
     _CANDIDATE_NAMES = {"OptimalUnbiased": "unbiased", "RROnBins": "rr-on-bins"}
     _COMPARE_UP_TO = {"rr-on-bins": 4096, "unbiased": 256}
 
