@@ -226,3 +226,47 @@ def test_norm_sub_halves_the_spurious_mass_on_average():
     clip = np.mean([np.maximum(c, 0)[1:].sum() / np.maximum(c, 0).sum() for c in counts])
     sub = np.mean([norm_sub(c)[1:].sum() / norm_sub(c).sum() for c in counts])
     assert sub < 0.5 * clip
+
+
+# -- budget splits per mechanism, visible before spending ---------------------------------------------
+def test_unbiased_split_is_small_or_the_uniform_prior_and_matches_the_fit():
+    acc = BudgetAccountant()
+    mech = OptimalUnbiased(0.3, bounds=(0, 10), accountant=acc)
+    assert mech.budget_split(LABELS.size) == (0.0, 0.3)  # 11 values, 660 labels: noise > counts
+    mech.fit_transform(LABELS)
+    assert mech.prior_epsilon_ == 0.0 and [e.details["step"] for e in acc.ledger] == ["randomized labels"]
+    np.testing.assert_allclose(mech.prior_, 1 / 11)
+    many = np.tile(VALUES, 2000)
+    eps1, eps2 = OptimalUnbiased(2.0, bounds=(0, 10)).budget_split(many.size)
+    assert eps1 == pytest.approx(min(np.sqrt(11 / many.size), 0.2)) and eps1 + eps2 == 2.0
+    fitted = OptimalUnbiased(2.0, bounds=(0, 10)).fit(many)
+    assert fitted.prior_epsilon_ == pytest.approx(eps1)
+    assert RROnBins(2.0, bounds=(0, 10)).budget_split(100)[0] == pytest.approx(np.sqrt(11 / 100))
+
+
+def test_cluster_prior_budget_is_relative_and_shown_before_fit():
+    from sklearn.linear_model import LogisticRegression
+
+    from skdp_label import LabelDPClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 3))
+    y = (X[:, 0] > 0).astype(int) + (X[:, 1] > 0).astype(int)
+    for eps in [0.05, 0.3, 4.0]:
+        clf = LabelDPClassifier(LogisticRegression(), "rr-with-prior", eps, classes=[0, 1, 2], prior="clusters",
+                                n_clusters=4)
+        eps_prior, eps_labels = clf.prior_budget(400)
+        assert eps_prior == pytest.approx(min(np.sqrt(4 * 3 / 400), eps / 4)) and eps_prior + eps_labels == eps
+        clf.fit(X, y)  # eps = 0.05 used to raise with the absolute default 0.1
+        assert clf.prior_epsilon_ == pytest.approx(eps_prior)
+    assert LabelDPClassifier(LogisticRegression(), classes=[0, 1]).prior_budget(50) == (0.0, 1.0)
+
+
+def test_cluster_kmeans_ignores_the_scale_of_features():
+    from skdp_label.estimators._cluster_prior import feature_clusters
+
+    rng = np.random.default_rng(0)
+    # Two groups apart on feature 0; feature 1 is noise in large units (e.g. dollars).
+    X = np.c_[np.r_[rng.normal(0, 1, 50), rng.normal(6, 1, 50)], rng.normal(0, 1e4, 100)]
+    a, _ = feature_clusters(X, 2, np.random.default_rng(1))
+    assert np.array_equal(a[:50], np.full(50, a[0])) and np.array_equal(a[50:], np.full(50, 1 - a[0]))

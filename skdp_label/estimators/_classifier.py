@@ -16,7 +16,7 @@ from ..mechanisms._validation import check_classes, encode_classes
 from ..mechanisms.classification._solver import temper
 from ..utils._random import derive_random_state
 from ._base import BaseLabelDPEstimator
-from ._cluster_prior import cluster_priors, feature_clusters
+from ._cluster_prior import cluster_prior_epsilon, cluster_priors, feature_clusters
 from ._multistage import in_top_k, partition_stages, stage_fractions
 from ..utils._repr import public_repr
 
@@ -78,8 +78,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         ``epsilon - prior_epsilon``.
     n_clusters : int, default=20
         Clusters for ``prior='clusters'``.
-    prior_epsilon : float, default=0.1
+    prior_epsilon : 'auto' or float, default='auto'
         Budget of the cluster histograms (less than ``epsilon``).
+        ``'auto'``: ``sqrt(n_clusters * n_classes / n)``, at most a quarter
+        of ``epsilon`` (see :meth:`prior_budget`, readable before fit).
     reuse_labels : bool, default=True
         Whether later stages also train on earlier stages' filtered labels.
     accountant : BudgetAccountant, optional
@@ -139,7 +141,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         "classes": ["array-like", None],
         "prior": [StrOptions({"uniform", "clusters"})],
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
-        "prior_epsilon": [Interval(Real, 0, None, closed="neither")],
+        "prior_epsilon": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
         "reuse_labels": ["boolean"],
     }
 
@@ -155,7 +157,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         classes=None,
         prior="uniform",
         n_clusters=20,
-        prior_epsilon=0.1,
+        prior_epsilon="auto",
         reuse_labels=True,
         accountant=None,
         random_state=None,
@@ -199,9 +201,30 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         classes = check_classes(self.classes, owner=type(self).__name__)
         return y, classes, encode_classes(y, classes)
 
-    def _check_budget_split(self):
+    def prior_budget(self, n_samples):
+        """``(epsilon_prior, epsilon_labels)`` a fit on ``n_samples`` rows spends.
+
+        Public (``epsilon``, ``n``, ``n_clusters``, ``classes``), so it can be
+        read before anything is spent. ``epsilon_prior`` is 0 unless
+        ``prior='clusters'``.
+
+        Parameters
+        ----------
+        n_samples : int
+
+        Returns
+        -------
+        epsilon_prior, epsilon_labels : float
+        """
+        eps_prior = self._check_budget_split(int(n_samples))
+        return eps_prior, float(self.epsilon) - eps_prior
+
+    def _check_budget_split(self, n_samples):
         if self.prior != "clusters":
             return 0.0
+        if self.prior_epsilon == "auto":
+            n_classes = len(check_classes(self.classes, owner=type(self).__name__))
+            return cluster_prior_epsilon(self.epsilon, n_samples, self.n_clusters, n_classes)
         if not self.prior_epsilon < self.epsilon:
             raise ValueError(
                 f"prior_epsilon={public_repr(self.prior_epsilon)} must be less than "
@@ -236,7 +259,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             X = np.asarray(X)
         y, classes, codes = self._validate_targets(y)
         self.classes_ = classes
-        eps_prior = self._check_budget_split()
+        eps_prior = self._check_budget_split(codes.shape[0])
         eps_labels = float(self.epsilon) - eps_prior
         context = self._fit_context(X)
         # Local to this fit: the stage split, the clusters and their noisy

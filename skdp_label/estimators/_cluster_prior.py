@@ -1,18 +1,41 @@
 """Label priors from clusters of the public features (004, Algorithm 4)."""
 
+import math
+
 import numpy as np
 from sklearn.cluster import KMeans
+from sklearn.preprocessing import StandardScaler
 
 from ..mechanisms._prior import noisy_histogram
 
-__all__ = ["feature_clusters", "cluster_priors"]
+__all__ = ["feature_clusters", "cluster_priors", "cluster_prior_epsilon"]
+
+# The cluster histograms never get more than this share of the budget.
+_MAX_CLUSTER_PRIOR_SHARE = 0.25
+
+
+def cluster_prior_epsilon(epsilon, n_samples, n_clusters, n_classes):
+    """``prior_epsilon='auto'`` of the cluster prior: 000's rule on its cells.
+
+    ``sqrt(n_clusters * n_classes / n)`` (000, Thm. 7, with the
+    ``n_clusters * n_classes`` cells of the histograms as the domain), at
+    most a quarter of ``epsilon``: relative to the budget, so that it never
+    exceeds it at small epsilon and never takes a third of it.
+    """
+    n_cells = min(int(n_clusters), int(n_samples)) * int(n_classes)
+    return min(math.sqrt(n_cells / n_samples), _MAX_CLUSTER_PRIOR_SHARE * float(epsilon))
 
 
 def feature_clusters(X, n_clusters, rng):
-    """k-means cluster of each example, from the public features only (free)."""
+    """k-means cluster of each example, from the public features only (free).
+
+    Features are standardised first (they are public), so that one feature
+    on a large scale does not decide the clusters alone.
+    """
     n_clusters = min(int(n_clusters), X.shape[0])
     kmeans = KMeans(n_clusters=n_clusters, n_init=3, random_state=int(rng.integers(2**31 - 1)))
-    return kmeans.fit_predict(np.asarray(X, dtype=np.float64)), n_clusters
+    features = StandardScaler().fit_transform(np.asarray(X, dtype=np.float64))
+    return kmeans.fit_predict(features), n_clusters
 
 
 def cluster_priors(cluster_of, n_clusters, codes, n_classes, epsilon, rng):
