@@ -256,7 +256,7 @@ def test_cluster_prior_budget_is_relative_and_shown_before_fit():
         clf = LabelDPClassifier(LogisticRegression(), "rr-with-prior", eps, classes=[0, 1, 2], prior="clusters",
                                 n_clusters=4)
         eps_prior, eps_labels = clf.prior_budget(400)
-        assert eps_prior == pytest.approx(min(np.sqrt(4 * 3 / 400), eps / 4)) and eps_prior + eps_labels == eps
+        assert eps_prior == pytest.approx(min(np.sqrt(4 * 3 / 400), eps / 2)) and eps_prior + eps_labels == eps
         clf.fit(X, y)  # eps = 0.05 used to raise with the absolute default 0.1
         assert clf.prior_epsilon_ == pytest.approx(eps_prior)
     assert LabelDPClassifier(LogisticRegression(), classes=[0, 1]).prior_budget(50) == (0.0, 1.0)

@@ -80,8 +80,8 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         Clusters for ``prior='clusters'``.
     prior_epsilon : 'auto' or float, default='auto'
         Budget of the cluster histograms (less than ``epsilon``).
-        ``'auto'``: ``sqrt(n_clusters * n_classes / n)``, at most a quarter
-        of ``epsilon`` (see :meth:`prior_budget`, readable before fit).
+        ``'auto'``: ``sqrt(n_clusters * n_classes / n)``, at most half of
+        ``epsilon`` (see :meth:`prior_budget`, readable before fit).
     reuse_labels : bool, default=True
         Whether later stages also train on earlier stages' filtered labels.
     accountant : BudgetAccountant, optional
