@@ -51,7 +51,8 @@ def simulated_effective_size(estimator, X):
     """
     n = X.shape[0]
     values = X.to_numpy() if hasattr(X, "to_numpy") else X
-    context = public_fingerprint("effective sample size", values) if not hasattr(values, "tocsr") else (n,)
+    sparse = hasattr(values, "tocsr")
+    context = (n,) if sparse else public_fingerprint("effective sample size", values)
     noise = simulation_generator(*context).standard_normal(n)
     prediction = np.asarray(clone(estimator).fit(X, noise).predict(X), dtype=np.float64)
     mean_square = float(np.mean(prediction**2))

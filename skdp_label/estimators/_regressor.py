@@ -255,7 +255,8 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
                 f"{n_samples} labels, {name!r} adds noise of variance "
                 f"{risks[name]['variance'] / var:.3g} times the prior's variance and bias^2 "
                 f"{risks[name]['bias2'] / var:.2g} times; for a model averaging about "
-                f"{self.n_eff_:.3g} labels its predicted excess risk is {risks[name]['risk'] / var:.3g} "
+                f"{self.n_eff_:.3g} labels its predicted excess risk is "
+                f"{risks[name]['risk'] / var:.3g} "
                 f"times the prior's variance, against {risks[best]['risk'] / var:.3g} with "
                 f"{best!r}. mechanism='auto' chooses by this rule (docs/auto.md).",
                 UserWarning,

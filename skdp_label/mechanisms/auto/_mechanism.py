@@ -232,7 +232,8 @@ class AutoRegression(BasePriorMechanism):
     def _domain(self):
         if self.prior is not None or self.domain is not None or self.resolution is not None:
             return super()._domain()
-        lo, hi = check_bounds(self.bounds, owner=f"{type(self).__name__} given no prior and no domain")
+        owner = f"{type(self).__name__} given no prior and no domain"
+        lo, hi = check_bounds(self.bounds, owner=owner)
         if self.grid_size == "auto":
             n = max(auto_grid_size(float(self.epsilon)), _MIN_AUTO_POINTS)
         else:
@@ -241,8 +242,11 @@ class AutoRegression(BasePriorMechanism):
 
     def _build_mechanism(self, values, probs, epsilon):
         n_labels = getattr(self, "_n_labels", 1)
-        self.n_eff_ = float(self.n_eff) if self.n_eff is not None else default_effective_size(n_labels)
-        risks, mechanisms = compare_candidates(values, probs, epsilon, self.n_eff_, self._candidate_names())
+        n_eff = self.n_eff if self.n_eff is not None else default_effective_size(n_labels)
+        self.n_eff_ = float(n_eff)
+        risks, mechanisms = compare_candidates(
+            values, probs, epsilon, self.n_eff_, self._candidate_names()
+        )
         if not risks:
             raise RuntimeError("every candidate of mechanism='auto' failed")
         # Ties go to the first candidate listed.
@@ -272,5 +276,6 @@ class AutoRegression(BasePriorMechanism):
         var = prior_variance(self.input_values_, self.prior_)
         out = {"selected": self.selected_, "n_eff": self.n_eff_}
         for name, r in self.predicted_risks_.items():
-            out[f"{name} predicted risk / prior variance"] = r["risk"] / var if var > 0 else float("nan")
+            ratio = r["risk"] / var if var > 0 else float("nan")
+            out[f"{name} predicted risk / prior variance"] = ratio
         return out
