@@ -3,7 +3,9 @@
 For RR-on-Bins, the unbiased randomizer and 'auto' (HistGradientBoosting,
 80/20 splits, real datasets with public bounds), test MSE on true labels for
 prior budgets: a public uniform prior (``share 0``, nothing spent), fixed
-shares of epsilon, and 000's ``sqrt(|Y| / n)`` rule (at most epsilon / 2).
+shares of epsilon, and the mechanism's own ``prior_epsilon='auto'`` rule
+(000's ``sqrt(|Y| / n)`` at most epsilon / 2 for RR-on-Bins; for the unbiased
+randomizer at most epsilon / 10, or 0 when the histogram would be mostly noise).
 Grids as in ``bench_auto.py``. The numbers behind the ``prior_epsilon='auto'``
 rules of docs/auto.md.
 
@@ -19,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_auto import UNBIASED_GRID, RESOLUTION, private_mse, split  # noqa: E402
 
-SHARES = [0.0, 0.05, 0.1, 0.25, "000"]
+SHARES = [0.0, 0.05, 0.1, 0.25, "auto"]
 
 
 def grid(mechanism, dataset, bounds):
@@ -54,7 +56,7 @@ def main():
                             # A public uniform prior over the same grid: nothing spent.
                             extra = {"prior": (values, np.ones(values.size)), "bounds": None,
                                      "grid_size": None, "resolution": None}
-                        elif share == "000":
+                        elif share == "auto":  # the mechanism's own prior_epsilon='auto' rule
                             extra = {}
                         else:
                             extra = {"prior_epsilon": share * eps}
