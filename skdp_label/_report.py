@@ -52,6 +52,10 @@ class PrivacyReport:
         ``noise_std`` (additive noise) or ``worst_case_rms_error`` and
         ``worst_case_bias`` (label units); for classes
         ``max_change_probability``.
+    selection : dict
+        For ``mechanism='auto'``: the chosen candidate, ``n_eff`` and each
+        candidate's predicted excess risk over the prior's variance
+        (docs/auto.md); empty otherwise.
     """
 
     owner: str
@@ -61,6 +65,7 @@ class PrivacyReport:
     steps: list = field(default_factory=list)
     parameters: dict = field(default_factory=dict)
     noise: dict = field(default_factory=dict)
+    selection: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The report as plain Python values (JSON-serialisable but for arrays)."""
@@ -87,7 +92,7 @@ class PrivacyReport:
         if self.parameters:
             shown = ", ".join(f"{k}={public_repr(v)}" for k, v in self.parameters.items())
             lines.append(f"  parameters: {shown}")
-        for name, value in self.noise.items():
+        for name, value in [*self.noise.items(), *self.selection.items()]:
             text = f"{value:.4g}" if isinstance(value, float) else str(value)
             lines.append(f"  {name.replace('_', ' ')}: {text}")
         return "\n".join(lines)
@@ -171,4 +176,5 @@ def mechanism_report(owner, mechanisms, extra_steps=(), parallel=False) -> Priva
         steps=steps,
         parameters=public_parameters(last),
         noise=noise_summary(last),
+        selection=last._selection_summary() if hasattr(last, "_selection_summary") else {},
     )

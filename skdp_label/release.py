@@ -415,7 +415,7 @@ class KeyedRelease:
                     "of every batch before fit."
                 )
             values = mech._domain(n_labels=n_rows)[0]
-            eps1, eps2 = split_epsilon(epsilon, mech.prior_epsilon, n_rows, values.size)
+            eps1, eps2 = mech.budget_split(n_rows)  # the mechanism's own rule
             split = {"prior": eps1, "labels": eps2}
         placeholder = _placeholder(mech)
         # A dry run on public inputs only (no accountant, no labels): whatever
@@ -442,8 +442,11 @@ class KeyedRelease:
         else:
             prior_rng = np.random.Generator(np.random.Philox(key=np.frombuffer(
                 self._key._derive("prior", self.release_id)[:16], dtype=np.uint64).copy()))
-            counts = self._grid_counts(values)
-            noisy = noisy_histogram_from_counts(counts, split["prior"], prior_rng)
+            noisy = (
+                noisy_histogram_from_counts(self._grid_counts(values), split["prior"], prior_rng)
+                if split["prior"] > 0
+                else np.full(values.size, 1.0 / values.size)  # the rule chose the public uniform prior
+            )
             # The noisy prior is now a public input: the labels get epsilon_2.
             mech.set_params(prior=(values, noisy), epsilon=split["labels"])
             self._counts = None  # exact counts are not kept past this point

@@ -22,6 +22,7 @@ from sklearn.preprocessing import StandardScaler
 
 from skdp_label import BudgetAccountant, LabelDPClassifier, LabelDPRegressor, PrivacyLeakWarning
 from skdp_label.mechanisms import (
+    AutoRegression,
     DebiasedRR,
     DiscreteLaplace,
     DiscreteStaircase,
@@ -56,6 +57,7 @@ MECHANISMS = {
     "rr-on-bins-public-prior": lambda **kw: RROnBins(prior=(np.arange(11), np.ones(11)), **kw),
     "unbiased": lambda **kw: OptimalUnbiased(bounds=(0, 10), resolution=1, **kw),
     "debiased-rr": lambda **kw: DebiasedRR(bounds=(0, 10), **kw),
+    "auto": lambda **kw: AutoRegression(bounds=(0, 10), grid_size=11, **kw),
 }
 LABELS = np.tile(np.arange(11), 60)
 
@@ -67,7 +69,7 @@ def _estimators():
     y_cls = (X[:, 0] > 0).astype(int) + (X[:, 1] > 0).astype(int)
     regs = {
         f"regressor-{name}": LabelDPRegressor(Ridge(), name, 1.0, bounds=(0, 10))
-        for name in ["unbiased", "laplace", "rr-on-bins", "exponential", "gaussian"]
+        for name in ["unbiased", "laplace", "rr-on-bins", "exponential", "gaussian", "auto"]
     }
     clfs = {
         "classifier-rr": LabelDPClassifier(LogisticRegression(), "rr", 1.0, classes=[0, 1, 2]),
@@ -122,7 +124,7 @@ def test_random_streams_are_refused_as_random_state(make, stream):
 
 
 # -- 2. copies and releases never share noise -------------------------------------------------------
-@pytest.mark.parametrize("name", ["rr", "rr-on-bins-public-prior", "unbiased", "exponential", "laplace"])
+@pytest.mark.parametrize("name", ["rr", "rr-on-bins-public-prior", "unbiased", "exponential", "laplace", "auto"])
 def test_copies_draw_independent_noise(name):
     """Two copies transforming two halves of a column in parallel used to draw
     identical uniforms: RR at eps 0.1 gave away the XOR of the labels."""
@@ -178,6 +180,7 @@ _CHANGES = {
     "rr-on-bins": {"epsilon": 0.01, "bounds": (0, 20), "prior_epsilon": 0.001},
     "rr-on-bins-public-prior": {"prior": (np.arange(11), np.arange(1.0, 12.0))},
     "debiased-rr": {"epsilon": 0.01, "grid_size": 4},
+    "auto": {"epsilon": 0.01, "n_eff": 1e6, "candidates": ["unbiased"]},
     "rr-top-k": {"k": 2, "prior": np.arange(11, 0, -1)},
 }
 
@@ -252,23 +255,24 @@ def test_multistage_fits_in_parallel_workers_charge_the_sum(n_jobs):
 
 
 # -- 5. a fit that fails spends nothing ------------------------------------------------------------------
-def _reg(acc, base=None, **kw):
-    return LabelDPRegressor(base or Ridge(), "rr-on-bins", 1.0, bounds=(0, 10), accountant=acc, **kw)
+def _reg(acc, base=None, mechanism="rr-on-bins", **kw):
+    return LabelDPRegressor(base or Ridge(), mechanism, 1.0, bounds=(0, 10), accountant=acc, **kw)
 
 
+@pytest.mark.parametrize("mechanism", ["rr-on-bins", "auto"])
 @pytest.mark.parametrize("case", [
     "nan-X", "two-column-y", "sample-weight-length", "sample-weight-nan", "unknown-fit-param",
     "sparse-X-unsupported", "3d-y", "epsilon-above-cap", "bounds-missing",
 ])
-def test_regressor_fails_before_spending(case):
+def test_regressor_fails_before_spending(case, mechanism):
     acc = BudgetAccountant()
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(50, 2)), rng.integers(0, 11, 50).astype(float)
-    fit_params, est = {}, _reg(acc)
+    fit_params, est = {}, _reg(acc, mechanism=mechanism)
     if case == "nan-X":
         X[3, 1] = np.nan
     elif case == "two-column-y":
-        est, y = _reg(acc, HistGradientBoostingRegressor()), np.column_stack([y, y])
+        est, y = _reg(acc, HistGradientBoostingRegressor(), mechanism), np.column_stack([y, y])
     elif case == "sample-weight-length":
         fit_params = {"sample_weight": np.ones(49)}
     elif case == "sample-weight-nan":
@@ -278,7 +282,7 @@ def test_regressor_fails_before_spending(case):
     elif case == "sparse-X-unsupported":
         import scipy.sparse as sp
 
-        est, X = _reg(acc, HistGradientBoostingRegressor()), sp.csr_matrix(X)
+        est, X = _reg(acc, HistGradientBoostingRegressor(), mechanism), sp.csr_matrix(X)
     elif case == "3d-y":
         y = y.reshape(50, 1, 1)
     elif case == "epsilon-above-cap":

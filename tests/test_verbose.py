@@ -32,14 +32,16 @@ X_CLASS = rng.normal(size=(240, 4)) + (Y_CLASS == "bee")[:, None]
 
 def _regressor(verbose, mechanism="unbiased", accountant=None):
     return LabelDPRegressor(
-        Ridge(), mechanism=mechanism, bounds=(0, 10), verbose=verbose, accountant=accountant
+        Ridge(), mechanism=mechanism, bounds=(0, 10), verbose=verbose, accountant=accountant,
+        # A private prior, so that the histogram step is printed too.
+        mechanism_params={"prior_epsilon": 0.2} if mechanism == "unbiased" else None,
     )
 
 
 def _classifier(verbose, accountant=None):
     return LabelDPClassifier(
         LogisticRegression(), classes=CLASSES, n_stages=3, prior="clusters", n_clusters=4,
-        verbose=verbose, accountant=accountant,
+        prior_epsilon=0.1, verbose=verbose, accountant=accountant,
     )
 
 

@@ -17,10 +17,12 @@ the labels party could compute; it is what the privacy costs in accuracy.
 # The labels party: declare public bounds, randomize once
 # -------------------------------------------------------
 # Bounds are public knowledge (here: the scale of the progression score), never
-# computed from the labels. ``OptimalUnbiased`` spends a small part of ε on a
-# noisy histogram (the prior) and the rest on the labels. ``resolution=10``
-# rounds labels (unbiasedly) to a public grid of step 10: with only 309
-# training labels, a coarse histogram is estimated far more precisely.
+# computed from the labels. ``OptimalUnbiased`` may spend a small part of ε
+# on a noisy histogram (the prior); with only 309 training labels over the
+# 36-value grid of ``resolution=10`` such a histogram would be mostly noise, so
+# its ``prior_epsilon='auto'`` rule uses the public uniform prior and gives the
+# whole ε to the labels (``mechanism.budget_split(309)`` shows it before
+# anything is spent; docs/auto.md).
 import numpy as np
 from sklearn.datasets import load_diabetes
 from sklearn.linear_model import RidgeCV

@@ -4,6 +4,7 @@ from ._classifier import LabelDPClassifier
 from ._debiased_objective import DebiasedSoftmaxObjective
 from ._debiased_sgd import DebiasedSGDClassifier
 from ._noise_aware import backward_correct
+from ._effective_size import effective_sample_size
 from ._regressor import LabelDPRegressor
 from ._tables import classification_table
 from ._scorers import (
@@ -26,4 +27,5 @@ __all__ = [
     "DebiasedSGDClassifier",
     "DebiasedSoftmaxObjective",
     "backward_correct",
+    "effective_sample_size",
 ]

@@ -20,7 +20,7 @@ from ..mechanisms.classification._rr_top_k import RRTopK, RRWithPrior
 from ..mechanisms.classification._solver import temper, top_k_order
 from ..utils._random import derive_random_state
 from ._base import BaseLabelDPEstimator
-from ._cluster_prior import cluster_priors, feature_clusters, nearest_cluster
+from ._cluster_prior import cluster_prior_epsilon, cluster_priors, feature_clusters, nearest_cluster
 from ._multistage import in_top_k, partition_stages, stage_fractions
 from ._noise_aware import (
     backward_correct,
@@ -129,9 +129,11 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         ``epsilon - prior_epsilon``.
     n_clusters : int, default=20
         Clusters for ``prior='clusters'``.
-    prior_epsilon : float or 'auto', default=0.1
-        Budget of the prior histograms (less than ``epsilon``). ``'auto'``:
-        min(sqrt(K / n), epsilon / 2) (000's rule, relative to epsilon).
+    prior_epsilon : 'auto' or float, default='auto'
+        Budget of the prior histograms (less than ``epsilon``). ``'auto'``
+        (000's rule on the histograms' cells, at most half of ``epsilon``):
+        ``sqrt(n_clusters * K / n)`` for ``'clusters'``, ``sqrt(K / n)`` for
+        ``'class-frequencies'`` (see :meth:`prior_budget`, readable before fit).
     reuse_labels : bool, default=True
         Whether later stages also train on earlier stages' filtered labels.
     proba_correction : {'backward'} or None, default='backward'
@@ -189,8 +191,9 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
     cluster_histograms_ : ndarray of shape (n_clusters, n_classes) or None
         The private prior histograms (epsilon-DP; one row for
         ``'class-frequencies'``).
-    cluster_centers_ : ndarray or None
-        k-means centres of the public features (``prior='clusters'``).
+    cluster_centers_ : FeatureClusters or None
+        k-means centres of the standardised public features, with their mean
+        and scale (``prior='clusters'``).
     class_prior_ : ndarray of shape (n_classes,) or None
         Debiased class frequencies of the noisy labels (when ``shrinkage``
         is set and there is no prior histogram).
@@ -256,7 +259,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         classes=None,
         prior="uniform",
         n_clusters=20,
-        prior_epsilon=0.1,
+        prior_epsilon="auto",
         reuse_labels=True,
         proba_correction="backward",
         shrinkage=None,
@@ -314,6 +317,25 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         classes = check_classes(self.classes, owner=type(self).__name__)
         return y, classes, encode_classes(y, classes)
 
+    def prior_budget(self, n_samples):
+        """``(epsilon_prior, epsilon_labels)`` a fit on ``n_samples`` rows spends.
+
+        Public (``epsilon``, ``n``, ``n_clusters``, ``classes``, ``mechanism``),
+        so it can be read before anything is spent. ``epsilon_prior`` is 0 for
+        the uniform prior.
+
+        Parameters
+        ----------
+        n_samples : int
+
+        Returns
+        -------
+        epsilon_prior, epsilon_labels : float
+        """
+        n_classes = len(check_classes(self.classes, owner=type(self).__name__))
+        eps_prior = self._plan(int(n_samples), n_classes)["prior_epsilon"]
+        return eps_prior, float(self.epsilon) - eps_prior
+
     def _plan(self, n_samples, n_classes):
         """Mechanism, prior, prior budget and stages of this fit (public).
 
@@ -330,7 +352,11 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         eps_prior = 0.0
         if self.prior != "uniform":
             eps_prior = self.prior_epsilon
-            if eps_prior == "auto":
+            if eps_prior == "auto" and self.prior == "clusters":
+                eps_prior = cluster_prior_epsilon(
+                    float(self.epsilon), n_samples, self.n_clusters, n_classes
+                )
+            elif eps_prior == "auto":
                 eps_prior = class_prior_epsilon(float(self.epsilon), n_samples, n_classes)
             if not eps_prior < self.epsilon:
                 raise ValueError(
@@ -473,7 +499,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
                     description=f"{type(self).__name__}: {_PRIOR_STEP[plan['prior']]}",
                     details={"estimator": type(self).__name__, "step": _PRIOR_STEP[plan["prior"]]},
                 )
-            n_clusters = 1 if centers is None else centers.shape[0]
+            n_clusters = 1 if centers is None else centers.centers.shape[0]
             priors, self.cluster_histograms_ = cluster_priors(
                 cluster_of, n_clusters, codes, n_classes, eps_prior, rng
             )

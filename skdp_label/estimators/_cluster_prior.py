@@ -1,31 +1,70 @@
 """Label priors from clusters of the public features (004, Algorithm 4)."""
 
+import math
+from typing import NamedTuple
+
 import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.metrics import pairwise_distances_argmin
+from sklearn.preprocessing import StandardScaler
 
 from ..mechanisms._prior import noisy_histogram
 
-__all__ = ["feature_clusters", "nearest_cluster", "cluster_priors"]
+__all__ = [
+    "FeatureClusters", "feature_clusters", "nearest_cluster", "cluster_priors", "cluster_prior_epsilon",
+]
+
+# The cluster histograms never get more than this share of the budget.
+_MAX_CLUSTER_PRIOR_SHARE = 0.5
+
+
+def cluster_prior_epsilon(epsilon, n_samples, n_clusters, n_classes):
+    """``prior_epsilon='auto'`` of the cluster prior: 000's rule on its cells.
+
+    ``sqrt(n_clusters * n_classes / n)`` (000, Thm. 7, with the
+    ``n_clusters * n_classes`` cells of the histograms as the domain), at
+    most half of ``epsilon``: relative to the budget, so that it never
+    exceeds it at small epsilon. Half is what small epsilons want: on
+    digits, anes96 and fair-rating, a share of epsilon / 2 beat 1/4 and 1/10
+    at every epsilon <= 0.3 (``benchmarks/bench_cluster_prior.py``).
+    """
+    n_cells = min(int(n_clusters), int(n_samples)) * int(n_classes)
+    return min(math.sqrt(n_cells / n_samples), _MAX_CLUSTER_PRIOR_SHARE * float(epsilon))
+
+
+class FeatureClusters(NamedTuple):
+    """k-means centres in standardised feature units, with the features'
+    mean and scale (all functions of the public features)."""
+
+    centers: np.ndarray
+    mean: np.ndarray
+    scale: np.ndarray
 
 
 def feature_clusters(X, n_clusters, rng):
     """k-means cluster of each example, from the public features only (free).
 
-    Returns the cluster of each row and the cluster centres (public: a
-    function of the features), with which :func:`nearest_cluster` assigns new
-    rows. The fitted KMeans is not returned: its ``random_state`` was drawn
-    from this fit's generator.
+    Features are standardised first (they are public), so that one feature
+    on a large scale does not decide the clusters alone. Returns the cluster
+    of each row and the :class:`FeatureClusters`, with which
+    :func:`nearest_cluster` assigns new rows. The fitted KMeans is not
+    returned: its ``random_state`` was drawn from this fit's generator.
     """
+    X = np.asarray(X, dtype=np.float64)
     n_clusters = min(int(n_clusters), X.shape[0])
     kmeans = KMeans(n_clusters=n_clusters, n_init=3, random_state=int(rng.integers(2**31 - 1)))
-    cluster_of = kmeans.fit_predict(np.asarray(X, dtype=np.float64))
-    return cluster_of, kmeans.cluster_centers_.copy()
+    scaler = StandardScaler().fit(X)
+    cluster_of = kmeans.fit_predict(scaler.transform(X))
+    return cluster_of, FeatureClusters(
+        kmeans.cluster_centers_.copy(), scaler.mean_.copy(), scaler.scale_.copy()
+    )
 
 
-def nearest_cluster(X, centers):
-    """Index of the nearest centre of each row (what ``KMeans.predict`` does)."""
-    return pairwise_distances_argmin(np.asarray(X, dtype=np.float64), centers)
+def nearest_cluster(X, clusters):
+    """Index of the nearest centre of each row (what ``KMeans.predict`` does
+    on the standardised features)."""
+    features = (np.asarray(X, dtype=np.float64) - clusters.mean) / clusters.scale
+    return pairwise_distances_argmin(features, clusters.centers)
 
 
 def cluster_priors(cluster_of, n_clusters, codes, n_classes, epsilon, rng):

@@ -1,10 +1,16 @@
 """LabelDPRegressor: train any regressor on labels randomized once in fit."""
 
-from sklearn.base import RegressorMixin, _fit_context
-from sklearn.utils.validation import check_is_fitted
+import warnings
 
+import numpy as np
+from sklearn.base import RegressorMixin, _fit_context
+from sklearn.metrics import r2_score
+from sklearn.utils.validation import _num_samples, check_is_fitted
+
+from ..mechanisms.auto._mechanism import compare_candidates, prior_variance
 from ..utils._random import derive_random_state
 from ._base import BaseLabelDPEstimator
+from ._effective_size import effective_sample_size
 
 __all__ = ["LabelDPRegressor"]
 
@@ -24,7 +30,10 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
     base_estimator : estimator
         Any scikit-learn regressor (or Pipeline, XGBoost model, ...).
     mechanism : str or label mechanism, default='unbiased'
-        A registered regression mechanism name (see
+        ``'auto'`` chooses between RR-on-Bins and the unbiased randomizer
+        by their predicted excess risk for this ``epsilon``, ``n`` and base
+        estimator (docs/auto.md; its prior is charged once). Otherwise a
+        registered regression mechanism name (see
         ``skdp_label.mechanisms.mechanism_names('regression')``, e.g.
         ``'laplace'``, ``'discrete-laplace'``, ``'staircase'``,
         ``'exponential'``) built with ``epsilon``, ``bounds``, ``domain``,
@@ -38,7 +47,10 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
     domain : array-like, optional
         Public finite label domain, passed to mechanisms that take one.
     mechanism_params : dict, optional
-        Further constructor arguments of the mechanism (by name only).
+        Further constructor arguments of the mechanism (by name only). For
+        ``'auto'``, ``{'n_eff': ...}`` overrides the number of noisy labels
+        one prediction is taken to average (by default read off the base
+        estimator: see :func:`~skdp_label.estimators.effective_sample_size`).
     param_grid : dict or list of dicts, optional
         Parameters of ``base_estimator`` to choose by ``GridSearchCV`` on the
         noisy labels with :func:`~skdp_label.estimators.unbiased_mse_scorer`
@@ -66,6 +78,12 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         Print the mechanism, epsilon per step and timings (public facts
         only; never labels or seeds), and let a slow solver report its own
         progress. 0 is silent.
+    clip_predictions : bool, default=True
+        Clip predictions to the public label range (the declared bounds, or
+        the mechanism's domain): a free post-processing, since no true label
+        lies outside it, that keeps a model trained on noisy labels (which
+        do lie far outside) from predicting there. ``False`` returns the base
+        estimator's raw predictions (e.g. to study the noisy model itself).
 
     Attributes
     ----------
@@ -82,6 +100,14 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         ``GridSearchCV.cv_results_`` of that choice: scores on noisy labels.
     n_features_in_ : int
         Number of features seen by the base estimator.
+    prediction_bounds_ : tuple (lo, hi) or None
+        Public range predictions are clipped to (None: not clipped).
+    n_eff_ : float
+        Noisy labels one prediction is taken to average (docs/auto.md).
+    predicted_risks_ : dict
+        For prior-based mechanisms ('auto', 'unbiased', 'rr-on-bins'):
+        candidate name -> predicted ``bias2``, ``variance`` and ``risk``
+        under the mechanism's (public or charged noisy) prior.
 
     See Also
     --------
@@ -114,7 +140,12 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         "bounds": [tuple, list, None],
         "domain": ["array-like", None],
         "mechanism_params": [dict, None],
+        "clip_predictions": ["boolean"],
     }
+
+    #: Warn when the chosen mechanism's predicted risk exceeds the best
+    #: candidate's by this factor.
+    _far_from_best = 2.0
 
     def __init__(
         self,
@@ -130,6 +161,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         accountant=None,
         random_state=None,
         verbose=0,
+        clip_predictions=True,
     ):
         self.base_estimator = base_estimator
         self.mechanism = mechanism
@@ -142,6 +174,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         self.accountant = accountant
         self.random_state = random_state
         self.verbose = verbose
+        self.clip_predictions = clip_predictions
 
     @_fit_context(prefer_skip_nested_validation=False)
     def fit(self, X, y, **fit_params):
@@ -163,20 +196,35 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         """
         # Everything that can fail is checked before any budget is spent.
         routed = self._check_inputs_before_spending(X, y, fit_params)
+        n_samples = _num_samples(X)
+        # 'auto' measures n_eff on the public features (one fit on synthetic
+        # labels, before anything is spent) unless it is given; the warning
+        # of the other prior mechanisms uses the hyper-parameter rules only.
+        measure = self._is_auto() and "n_eff" not in (self.mechanism_params or {}) and getattr(
+            self.mechanism, "n_eff", None) is None
+        n_eff = effective_sample_size(
+            self.base_estimator, n_samples, X.shape[1] if len(getattr(X, "shape", ())) == 2 else 1,
+            X if measure else None,
+        )
         mechanism = self._build_mechanism(
             float(self.epsilon),
             derive_random_state(self.random_state, self._fit_context(X)),
             self.accountant,
             bounds=self.bounds,
             domain=self.domain,
+            n_eff=n_eff,
         )
-        y_noisy = mechanism.fit_transform(y)
+        mechanism.fit(y)
+        self.n_eff_ = float(getattr(mechanism, "n_eff_", n_eff))
+        self.predicted_risks_ = self._predicted_risks(mechanism, n_samples)
+        y_noisy = mechanism.transform(y)
         # No timing of the step that reads the labels: only public facts.
         progress = self._progress()
         progress.charges(getattr(mechanism, "charges_", ()))
         with progress.timed(f"fitted {type(self.base_estimator).__name__} on the noisy labels"):
             self.estimator_ = self._fit_base(X, y_noisy, routed, mechanism)
         self.mechanism_ = mechanism
+        self.prediction_bounds_ = mechanism._label_range() if self.clip_predictions else None
         self.epsilon_spent_ = getattr(self, "epsilon_spent_", 0.0) + float(mechanism.epsilon_spent_)
         return self
 
@@ -193,7 +241,57 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         -------
         y_pred : ndarray
         """
-        return self._delegate("predict", X, predict_params)
+        y_pred = self._delegate("predict", X, predict_params)
+        if self.prediction_bounds_ is None:
+            return y_pred
+        return np.clip(y_pred, *self.prediction_bounds_)
+
+    # -- the choice of mechanism (docs/auto.md) -----------------------------------
+    def _is_auto(self):
+        if isinstance(self.mechanism, str):
+            return self.mechanism == "auto"
+        return type(self.mechanism).__name__ == "AutoRegression"
+
+    _CANDIDATE_NAMES = {"OptimalUnbiased": "unbiased", "RROnBins": "rr-on-bins"}
+    _COMPARE_UP_TO = {"rr-on-bins": 4096, "unbiased": 256}
+
+    def _predicted_risks(self, mechanism, n_samples):
+        """Predicted risks of the candidates under the fitted mechanism's
+        prior (public or charged: a free post-processing), and a warning when
+        the chosen mechanism is far from the best. ``{}`` for mechanisms
+        without a prior."""
+        own = getattr(mechanism, "predicted_risks_", None)
+        if own is not None:  # mechanism='auto' compared them already
+            return own
+        name = self._CANDIDATE_NAMES.get(type(mechanism).__name__)
+        if name is None or getattr(mechanism, "loss", "squared") != "squared":
+            return {}
+        values, prior = mechanism.input_values_, mechanism.prior_
+        # Alternatives whose solve stays small next to the fit (the unbiased
+        # solver is slow on large grids; RR-on-Bins is not).
+        names = [n for n, limit in self._COMPARE_UP_TO.items() if n == name or values.size <= limit]
+        if len(names) < 2:
+            return {}
+        eps_labels = float(mechanism.epsilon) - mechanism.prior_epsilon_
+        risks, _ = compare_candidates(
+            values, prior, eps_labels, self.n_eff_, names, fitted={name: mechanism}
+        )
+        best = min(risks, key=lambda k: risks[k]["risk"])
+        var = prior_variance(values, prior)
+        if var > 0 and risks[name]["risk"] > self._far_from_best * risks[best]["risk"]:
+            warnings.warn(
+                f"{type(self).__name__}: at epsilon={float(self.epsilon):g} with "
+                f"{n_samples} labels, {name!r} adds noise of variance "
+                f"{risks[name]['variance'] / var:.3g} times the prior's variance and bias^2 "
+                f"{risks[name]['bias2'] / var:.2g} times; for a model averaging about "
+                f"{self.n_eff_:.3g} labels its predicted excess risk is "
+                f"{risks[name]['risk'] / var:.3g} "
+                f"times the prior's variance, against {risks[best]['risk'] / var:.3g} with "
+                f"{best!r}. mechanism='auto' chooses by this rule (docs/auto.md).",
+                UserWarning,
+                stacklevel=4,  # the caller of fit (through scikit-learn's fit wrapper)
+            )
+        return risks
 
     def score(self, X, y, **score_params):
         """Score of the fitted base estimator on (true) labels ``y``.
@@ -215,7 +313,11 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         """
         check_is_fitted(self)
         self._warn_true_label_scoring()
-        return self.estimator_.score(X, y, **self._routed("score", score_params))
+        routed = self._routed("score", score_params)
+        if self.prediction_bounds_ is None:
+            return self.estimator_.score(X, y, **routed)
+        # R^2 of the clipped predictions (what predict returns).
+        return r2_score(y, self.predict(X), sample_weight=routed.get("sample_weight"))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -22,6 +22,7 @@ from .classic import (
 from .quantization import ERM, MVU, OPTM, RQM, RandomizedQuantization
 from .rp_with_prior import RPWithPrior, RRWithPriorRegression
 from .unbiased import BiasVarianceRandomizer, DebiasedRR, OptimalUnbiased
+from .auto import AutoRegression  # after bins and unbiased: it builds them
 
 __all__ = [
     "RandomizedResponse",
@@ -37,6 +38,7 @@ __all__ = [
     "OptimalUnbiased",
     "BiasVarianceRandomizer",
     "DebiasedRR",
+    "AutoRegression",
     "RandomizedQuantization",
     "RQM",
     "ERM",

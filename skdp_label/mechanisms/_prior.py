@@ -27,8 +27,11 @@ __all__ = [
     "BasePriorMechanism",
     "resolve_domain",
     "split_epsilon",
+    "sqrt_rule",
+    "small_share_rule",
     "noisy_histogram",
     "noisy_histogram_from_counts",
+    "norm_sub",
     "nearest_domain_index",
     "declared_range",
 ]
@@ -95,14 +98,15 @@ def nearest_domain_index(values, y):
     return idx.astype(np.int64)
 
 
-def split_epsilon(epsilon, prior_epsilon, n_labels, domain_size):
+def split_epsilon(epsilon, prior_epsilon, n_labels, domain_size, rule=None):
     """Budget for the prior (epsilon_1) and for the labels (epsilon_2).
 
-    ``'auto'`` follows 000 (Thm. 7): epsilon_1 = sqrt(|Y| / n), capped at
-    half of ``epsilon`` so that the labels keep at least half.
+    ``'auto'`` applies ``rule(epsilon, n_labels, domain_size)`` (by default
+    :func:`sqrt_rule`, 000's). A rule may return 0: no histogram, the public
+    uniform prior over the domain.
     """
     if prior_epsilon == "auto":
-        eps1 = min(math.sqrt(domain_size / n_labels), _MAX_PRIOR_SHARE * epsilon)
+        eps1 = (rule or sqrt_rule)(epsilon, n_labels, domain_size)
     else:
         eps1 = float(prior_epsilon)
         if not 0 < eps1 < epsilon:
@@ -111,6 +115,28 @@ def split_epsilon(epsilon, prior_epsilon, n_labels, domain_size):
                 f"estimated from the labels; got {public_repr(prior_epsilon)}."
             )
     return eps1, epsilon - eps1
+
+
+def sqrt_rule(epsilon, n_labels, domain_size):
+    """000 (Thm. 7): epsilon_1 = sqrt(|Y| / n), at most half of ``epsilon``."""
+    return min(math.sqrt(domain_size / n_labels), _MAX_PRIOR_SHARE * epsilon)
+
+
+# The unbiased randomizer's prior gets at most this share of the budget.
+_SMALL_PRIOR_SHARE = 0.1
+
+
+def small_share_rule(epsilon, n_labels, domain_size):
+    """For mechanisms whose noise depends little on the prior (the unbiased
+    randomizer): ``min(sqrt(|Y| / n), epsilon / 10)``, and 0 (the public
+    uniform prior, nothing spent) when that buys a histogram whose noise
+    exceeds the mean count per value: discrete Laplace of scale
+    ``2 / epsilon_1`` has standard deviation about ``2 sqrt(2) / epsilon_1``,
+    against ``n / |Y|`` labels per value (docs/auto.md, measured in
+    ``benchmarks/bench_prior_share.py``).
+    """
+    eps1 = min(math.sqrt(domain_size / n_labels), _SMALL_PRIOR_SHARE * epsilon)
+    return eps1 if eps1 * n_labels >= 2.0 * math.sqrt(2.0) * domain_size else 0.0
 
 
 def noisy_histogram(codes, n_bins, epsilon, rng):
@@ -128,11 +154,35 @@ def noisy_histogram_from_counts(counts, epsilon, rng):
     counts = np.asarray(counts, dtype=np.float64)
     n_bins = counts.shape[0]
     noise = staircase_noise(rng, epsilon / 2.0, 1, 1, size=n_bins)
-    noisy = np.maximum(counts + noise, 0.0)
+    noisy = norm_sub(counts + noise)
     total = noisy.sum()
     if total <= 0:
         return np.full(n_bins, 1.0 / n_bins)
     return noisy / total
+
+
+def norm_sub(noisy_counts):
+    """Non-negative counts with the noisy total: ``max(c - delta, 0)``.
+
+    Clipping negative noisy counts at 0 alone inflates every empty value by
+    about half the noise scale, which on a sparse histogram (a heavy-tailed
+    label over a wide grid, a small epsilon) moves much of the prior's mass
+    onto values no label has. Subtracting the one ``delta >= 0`` that brings
+    the clipped total back to the noisy total (an unbiased estimate of
+    ``n``) removes that mass ("norm-sub", Wang et al. 2020); where every
+    noisy count is positive, ``delta = 0``. A post-processing of the noisy
+    counts: free.
+    """
+    target = noisy_counts.sum()
+    clipped = np.maximum(noisy_counts, 0.0)
+    if target <= 0 or clipped.sum() <= target:
+        return clipped
+    # Water-filling on the sorted positive counts: the largest r values
+    # stay, each reduced by delta = (sum of them - target) / r.
+    top = np.sort(clipped[clipped > 0])[::-1]
+    deltas = (np.cumsum(top) - target) / np.arange(1, top.size + 1)
+    r = int(np.nonzero(top > deltas)[0][-1])
+    return np.maximum(noisy_counts - max(deltas[r], 0.0), 0.0)
 
 
 class BasePriorMechanism(BaseDiscreteMechanism):
@@ -227,6 +277,33 @@ class BasePriorMechanism(BaseDiscreteMechanism):
         """Index in the domain ``values`` of each label, for the noisy histogram."""
         return nearest_domain_index(values, y)
 
+    #: ``prior_epsilon='auto'``'s rule ``(epsilon, n, |Y|) -> epsilon_1``.
+    _prior_epsilon_rule = staticmethod(sqrt_rule)
+
+    def budget_split(self, n_labels):
+        """``(epsilon_1, epsilon_2)`` a fit on ``n_labels`` labels will spend.
+
+        Public (``epsilon``, ``n``, the declared domain, ``prior_epsilon``),
+        so it can be read before anything is spent: ``epsilon_1`` buys the
+        noisy label histogram (0 for a public prior, or when the rule chooses
+        the uniform prior), ``epsilon_2`` randomizes the labels.
+
+        Parameters
+        ----------
+        n_labels : int
+            Number of labels (rows) the mechanism will be fitted on.
+
+        Returns
+        -------
+        epsilon_1, epsilon_2 : float
+        """
+        values, public_probs = self._domain(n_labels=int(n_labels))
+        if public_probs is not None:
+            return 0.0, float(self.epsilon)
+        return split_epsilon(
+            float(self.epsilon), self.prior_epsilon, int(n_labels), values.size, self._prior_epsilon_rule
+        )
+
     def _total_cost(self):
         return float(self.epsilon), 0.0
 
@@ -243,8 +320,12 @@ class BasePriorMechanism(BaseDiscreteMechanism):
         if public_probs is not None:
             self.prior_epsilon_ = 0.0
             return values, public_probs, float(self.epsilon)
-        eps1, eps_labels = split_epsilon(float(self.epsilon), self.prior_epsilon, y.shape[0], values.size)
+        eps1, eps_labels = split_epsilon(
+            float(self.epsilon), self.prior_epsilon, y.shape[0], values.size, self._prior_epsilon_rule
+        )
         self.prior_epsilon_ = eps1
+        if eps1 == 0.0:  # the rule chose the public uniform prior: nothing spent
+            return values, np.full(values.size, 1.0 / values.size), eps_labels
         n_columns = y.shape[1]
         # Every column's histogram is a release of that column's labels.
         self._charge(eps1 * n_columns, 0.0, n_labels=y.shape[0], step="noisy label histogram")

@@ -13,7 +13,7 @@ from ..._kernels._sampling import randomized_response_indices, rr_constants, rr_
 from ...utils._progress import VERBOSE_CONSTRAINT, VERBOSE_DOC, Progress, format_epsilon
 from .._base import OUT_OF_BOUNDS_CONSTRAINT, OUT_OF_BOUNDS_DOC, BaseDiscreteMechanism
 from .._grid_rule import auto_grid, auto_grid_points
-from .._prior import BasePriorMechanism, resolve_domain
+from .._prior import BasePriorMechanism, resolve_domain, small_share_rule
 from .._registry import register_mechanism
 from .._validation import check_bounds
 from ..classic._randomized_response import randomized_response_matrix
@@ -168,7 +168,10 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
         grid of 001 Alg. 2 (``FeasibleOutputSet``) and its LP.
     prior_epsilon : float or 'auto', default='auto'
         Budget of the private prior; 'auto' is ``sqrt(|Y| / n)`` capped at
-        half of ``epsilon``.
+        a tenth of ``epsilon``, or nothing (the public uniform prior over
+        the grid) when that histogram would be mostly noise
+        (:func:`~skdp_label.mechanisms._prior.small_share_rule`; see
+        :meth:`budget_split` and docs/auto.md).
     accountant : BudgetAccountant, optional
         Charged with the histogram and every release.
     random_state : None or int, default=None
@@ -244,6 +247,9 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
         self.grid_size = grid_size
         self.outputs = outputs
         self.prior_epsilon = prior_epsilon
+
+    # Its variance depends little on the prior: a small share, or none.
+    _prior_epsilon_rule = staticmethod(small_share_rule)
 
     def _debiased_rr_fallback(self, values, epsilon, exc):
         """Last resort, exact by construction: debiased randomized response.

@@ -1,0 +1,283 @@
+"""mechanism='auto': the randomizer of least predicted excess risk (docs/auto.md)."""
+
+import math
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from .._prior import BasePriorMechanism, resolve_domain
+from .._registry import register_mechanism
+from .._validation import check_bounds
+from ..bins import RROnBins
+from ..unbiased import OptimalUnbiased
+from ..unbiased._mechanisms import auto_grid_size
+from ._risk import predicted_risk
+
+__all__ = ["AutoRegression", "AUTO_CANDIDATES", "register_auto_candidate", "compare_candidates",
+           "default_effective_size"]
+
+# Grid of the shared prior when only bounds are declared: the unbiased
+# randomizer's automatic size, but never coarser than 33 points (RR-on-Bins
+# rounds labels to the nearest point; 33 points keep that rounding error
+# below 1/4000 of (hi - lo)^2, negligible next to any epsilon <= 8's noise).
+_MIN_AUTO_POINTS = 33
+
+
+def _rr_on_bins(values, probs, epsilon, n_eff):
+    return RROnBins(epsilon, prior=(values, probs)).fit(values[:1])
+
+
+def _unbiased(values, probs, epsilon, n_eff):
+    return OptimalUnbiased(epsilon, prior=(values, probs)).fit(values[:1])
+
+
+#: Candidates of ``mechanism='auto'``: name -> ``build(values, probs,
+#: epsilon, n_eff)`` returning a mechanism fitted on the *public* prior
+#: ``(values, probs)`` (nothing charged: ``fit`` sees only a domain value).
+#: A bias-regularised family minimising ``E Var + lam E bias^2`` plugs in
+#: here with ``lam = n_eff``, the weight under which its objective *is* the
+#: predicted risk (times ``n_eff``) that the selection minimises.
+AUTO_CANDIDATES = {"rr-on-bins": _rr_on_bins, "unbiased": _unbiased}
+
+
+def register_auto_candidate(name, build):
+    """Add a candidate to ``mechanism='auto'`` (see :data:`AUTO_CANDIDATES`)."""
+    AUTO_CANDIDATES[name] = build
+
+
+def default_effective_size(n_labels):
+    """``sqrt(n)``: the averaging size assumed when nothing better is known."""
+    return max(1.0, math.sqrt(n_labels))
+
+
+def compare_candidates(values, probs, epsilon, n_eff, names=None, fitted=None):
+    """Predicted risks of candidate mechanisms, built for a public prior.
+
+    Parameters
+    ----------
+    values, probs : ndarray of shape (k,)
+        Public (or charged noisy) prior.
+    epsilon : float
+        Epsilon the labels are randomized with.
+    n_eff : float
+        Labels a prediction averages over.
+    names : list of str, optional
+        Candidates to build (default: every entry of :data:`AUTO_CANDIDATES`).
+    fitted : dict, optional
+        Mechanisms already fitted for this prior, by name (not rebuilt).
+
+    Returns
+    -------
+    risks : dict
+        name -> ``{'bias2', 'variance', 'risk'}`` (label units squared).
+    mechanisms : dict
+        name -> the fitted candidate.
+    """
+    names = list(AUTO_CANDIDATES) if names is None else list(names)
+    mechanisms = dict(fitted or {})
+    risks = {}
+    for name in names:
+        if name not in mechanisms:
+            try:
+                mechanisms[name] = AUTO_CANDIDATES[name](values, probs, epsilon, n_eff)
+            except RuntimeError as exc:  # a solver failure leaves the other candidates
+                warnings.warn(f"auto: candidate {name!r} failed ({exc}); skipped.", RuntimeWarning,
+                              stacklevel=2)
+                continue
+        mech = mechanisms[name]
+        bias2, var, risk = predicted_risk(
+            mech.input_values_, mech.output_values_, mech.transition_matrix_, probs, n_eff
+        )
+        risks[name] = {"bias2": bias2, "variance": var, "risk": risk}
+    return risks, mechanisms
+
+
+def prior_variance(values, probs):
+    """Variance of the prior (public, or the charged noisy histogram)."""
+    probs = np.asarray(probs, dtype=np.float64) / np.sum(probs)
+    mean = probs @ values
+    return float(probs @ (values - mean) ** 2)
+
+
+@register_mechanism("auto", task="regression")
+class AutoRegression(BasePriorMechanism):
+    """The regression randomizer of least predicted excess risk (docs/auto.md).
+
+    ``fit`` spends ``prior_epsilon`` once on a noisy histogram of the labels
+    over a public grid (as RR-on-Bins does), builds every candidate
+    (RR-on-Bins and the optimal unbiased randomizer) for that noisy prior
+    with the rest of the budget, and keeps the one minimising
+
+        E_p[bias(y)^2] + E_p[Var(y_hat | y)] / n_eff,
+
+    the excess squared risk of a model that averages about ``n_eff`` noisy
+    labels, computed exactly from each candidate's transition matrix under
+    the noisy prior. The choice is a post-processing of the charged prior
+    and public inputs: it costs nothing more, and only the chosen mechanism
+    randomizes the labels. ``epsilon`` is the total, as for the others.
+
+    Parameters
+    ----------
+    epsilon : float, default=1.0
+        Total privacy cost of one label (prior estimate included).
+    n_eff : float, optional
+        Labels each prediction of the downstream model averages over.
+        ``None``: ``sqrt(n)``. :class:`~skdp_label.LabelDPRegressor` sets it
+        from its base estimator (docs/auto.md).
+    candidates : list of str, optional
+        Names in :data:`AUTO_CANDIDATES` (default: all of them).
+    prior : tuple (values, probabilities), optional
+        Public prior (nothing is spent on it).
+    domain : array-like, optional
+        Public label values of the prior's grid.
+    bounds : tuple (lo, hi), optional
+        Public label bounds.
+    resolution : float, optional
+        Grid step from ``bounds[0]`` (instead of ``grid_size``).
+    grid_size : int or 'auto', default='auto'
+        Evenly spaced grid points over ``bounds`` (used when neither
+        ``domain`` nor ``resolution`` is given); ``'auto'``: the unbiased
+        randomizer's :func:`~skdp_label.mechanisms.unbiased.auto_grid_size`,
+        at least 33.
+    prior_epsilon : 'auto' or float, default='auto'
+        Budget of the private prior; ``'auto'``: 000's ``sqrt(|Y| / n)``,
+        at most half of ``epsilon`` (the choice needs the prior's shape).
+    out_of_bounds : {'raise', 'clip'}, default='raise'
+        Labels outside the bounds raise before anything is spent, or are
+        clipped to them.
+    accountant : BudgetAccountant, optional
+        Charged with the histogram and every release.
+    random_state : None or int, default=None
+        As for every mechanism (docs/randomness.md).
+
+    Attributes
+    ----------
+    selected_ : str
+        Name of the chosen candidate.
+    selected_mechanism_ : label mechanism
+        The chosen candidate, fitted on the noisy prior (it samples).
+    predicted_risks_ : dict
+        Candidate name -> ``{'bias2', 'variance', 'risk'}`` under ``prior_``.
+    n_eff_ : float
+        The ``n_eff`` used.
+    input_values_, output_values_, transition_matrix_ : ndarray
+        Those of the chosen candidate.
+    prior_ : ndarray
+        The noisy (or public) prior.
+    prior_epsilon_ : float
+        Epsilon spent on the prior.
+    epsilon_spent_ : float
+        Epsilon spent per label so far.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdp_label.mechanisms import AutoRegression
+    >>> prior = (np.arange(11.0), np.ones(11))
+    >>> AutoRegression(0.05, n_eff=20, prior=prior).fit([0.0]).selected_
+    'rr-on-bins'
+    >>> AutoRegression(8.0, n_eff=20, prior=prior).fit([0.0]).selected_
+    'unbiased'
+    """
+
+    _parameter_constraints = {
+        **BasePriorMechanism._parameter_constraints,
+        "n_eff": [Interval(Real, 1, None, closed="left"), None],
+        "candidates": [list, tuple, None],
+        "grid_size": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"})],
+    }
+
+    def __init__(
+        self,
+        epsilon=1.0,
+        *,
+        n_eff=None,
+        candidates=None,
+        prior=None,
+        domain=None,
+        bounds=None,
+        resolution=None,
+        grid_size="auto",
+        prior_epsilon="auto",
+        out_of_bounds="raise",
+        accountant=None,
+        random_state=None,
+    ):
+        super().__init__(epsilon, accountant=accountant, random_state=random_state)
+        self.n_eff = n_eff
+        self.candidates = candidates
+        self.prior = prior
+        self.domain = domain
+        self.bounds = bounds
+        self.resolution = resolution
+        self.grid_size = grid_size
+        self.prior_epsilon = prior_epsilon
+        self.out_of_bounds = out_of_bounds
+
+    def _candidate_names(self):
+        names = list(AUTO_CANDIDATES) if self.candidates is None else list(self.candidates)
+        unknown = [n for n in names if n not in AUTO_CANDIDATES]
+        if not names or unknown:
+            raise ValueError(
+                f"candidates must be a non-empty list of {sorted(AUTO_CANDIDATES)}; got "
+                f"{', '.join(map(repr, unknown)) or 'none'}."
+            )
+        return names
+
+    def _check_public_inputs(self):
+        self._candidate_names()
+
+    def _domain(self, n_labels=None):
+        # The candidates are compared on one grid that depends on epsilon and
+        # the bounds only (not on n), so keyed releases count on it directly.
+        if self.prior is not None or self.domain is not None or self.resolution is not None:
+            return super()._domain(n_labels=n_labels)
+        owner = f"{type(self).__name__} given no prior and no domain"
+        lo, hi = check_bounds(self.bounds, owner=owner)
+        if self.grid_size == "auto":
+            n = max(auto_grid_size(float(self.epsilon)), _MIN_AUTO_POINTS)
+        else:
+            n = int(self.grid_size)
+        return resolve_domain(np.linspace(lo, hi, n), (lo, hi)), None
+
+    def _build_mechanism(self, values, probs, epsilon):
+        n_labels = getattr(self, "_n_labels", 1)
+        n_eff = self.n_eff if self.n_eff is not None else default_effective_size(n_labels)
+        self.n_eff_ = float(n_eff)
+        risks, mechanisms = compare_candidates(
+            values, probs, epsilon, self.n_eff_, self._candidate_names()
+        )
+        if not risks:
+            raise RuntimeError("every candidate of mechanism='auto' failed")
+        # Ties go to the first candidate listed.
+        best = min(risks, key=lambda name: (risks[name]["risk"], list(risks).index(name)))
+        chosen = mechanisms[best]
+        self.selected_ = best
+        self.selected_mechanism_ = chosen
+        self.predicted_risks_ = risks
+        self.input_values_ = chosen.input_values_
+        self.output_values_ = chosen.output_values_
+        self.transition_matrix_ = chosen.transition_matrix_
+
+    def _fit_mechanism(self, y):
+        self._n_labels = y.shape[0]  # public: the number of rows
+        super()._fit_mechanism(y)
+        # The chosen candidate's grid (equal to the prior's) is what samples.
+        self.input_values_ = self.selected_mechanism_.input_values_
+
+    def _randomize_column(self, y, rng):
+        # The chosen mechanism's own label encoding (nearest point for
+        # RR-on-Bins, unbiased randomized rounding for the unbiased one) and
+        # sampler, with this release's generator.
+        return self.selected_mechanism_._randomize_column(y, rng)
+
+    def _selection_summary(self):
+        """Public figures of the choice, for privacy_report()."""
+        var = prior_variance(self.input_values_, self.prior_)
+        out = {"selected": self.selected_, "n_eff": self.n_eff_}
+        for name, r in self.predicted_risks_.items():
+            ratio = r["risk"] / var if var > 0 else float("nan")
+            out[f"{name} predicted risk / prior variance"] = ratio
+        return out
