@@ -408,12 +408,16 @@ class BaseDiscreteMechanism(BaseLabelMechanism):
 
     def _sample_codes(self, codes, rng):
         """Output index for each input index ``codes``, drawn from the matrix."""
-        from .._kernels._sampling import categorical_rows, exponent_groups
+        from .._kernels._sampling import categorical_codes
 
-        # Tables built from the (public) matrix, rebuilt whenever it changes.
+        return categorical_codes(codes, rng, self._categorical_tables())
+
+    def _categorical_tables(self):
+        """Sampler tables of the (public) matrix, rebuilt whenever it changes."""
+        from .._kernels._sampling import categorical_tables
+
         matrix = self.transition_matrix_
         cached = getattr(self, "_row_sampler", None)
         if cached is None or not (cached[0] is matrix or np.array_equal(cached[0], matrix)):
-            cached = self._row_sampler = (matrix, exponent_groups(matrix))
-        codes = np.ascontiguousarray(codes, dtype=np.int64)
-        return categorical_rows(codes, rng, *cached[1])
+            cached = self._row_sampler = (matrix, categorical_tables(matrix))
+        return cached[1]
