@@ -52,7 +52,7 @@ def _digit(rng):
     return rng.random() * _DIGIT
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def bernoulli_exact(q, rng):
     """True with probability exactly ``q`` (a float in [0, 1]).
 
@@ -90,7 +90,7 @@ def split_probability(q, unit=_DIGIT):
     return float(qd), t - qd
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def uniform_index(m, rng):
     """A uniform integer in [0, m) (``m`` a float integer, 1 <= m <= 2**53).
 
@@ -107,7 +107,7 @@ def uniform_index(m, rng):
             return float(d % mi)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def fine_uniform(rng):
     """A uniform in (0, 1) with a floating exponent and relative resolution
     2**-44: digits are read until the value is at least 2**44 units of the
@@ -133,7 +133,7 @@ def _minus_log1p_minus(x):
     return x * (1.0 + x * (0.5 + x * (1.0 / 3.0 + x * (0.25 + x * (0.2 + x * (1.0 / 6.0 + x * (1.0 / 7.0 + x * 0.125)))))))
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def geometric(lam, big_l, lam_l, one_minus_b_l, rng):
     """G >= 0 with P(G = g) = (1 - e^-lam) e^(-lam g).
 
@@ -196,20 +196,24 @@ def staircase_constants(lam, width, r):
     in_block0 = block0 * one_minus_b / (block0 * one_minus_b + b * block_mass)
     low0 = b * (width - r) / block0 if block0 > 0.0 else 0.0
     low = b * (width - r) / block_mass
-    return np.array([*geometric_constants(lam), width, r, qd, frac, in_block0, low0, low])
+    # A tuple of floats, not an array: passed by value to the (not inlined)
+    # draw functions, with no reference counting per call.
+    return (*geometric_constants(lam), width, r, qd, frac, in_block0, low0, low)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _staircase_block(c, rng, low_probability, first):
     """Offset j in a block: the low step [r, width) with probability
     ``low_probability``, else the high step [first, r)."""
+    # The guards skip calls that would read no digit (the Laplace grids: one
+    # value per step, no low step).
     width, r = c[4], c[5]
-    if bernoulli_exact(low_probability, rng):
+    if low_probability > 0.0 and bernoulli_exact(low_probability, rng):
         return r + uniform_index(width - r, rng)
-    return first + uniform_index(r - first, rng)
+    return first + (uniform_index(r - first, rng) if r - first > 1.0 else 0.0)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def staircase_draw(c, rng):
     """One symmetric staircase variate (constants from :func:`staircase_constants`).
 
@@ -225,7 +229,7 @@ def staircase_draw(c, rng):
     if not _bernoulli_first(d, c[6], c[7], rng):
         return 0.0
     width = c[4]
-    if bernoulli_exact(c[8], rng):
+    if c[8] > 0.0 and bernoulli_exact(c[8], rng):
         m = _staircase_block(c, rng, c[9], 1.0)
     else:
         m = width + staircase_one_sided(c, rng)
@@ -305,7 +309,7 @@ def _staircase_additive(y, rng, granularity, c, clip, lo, hi, out):
     return out
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def staircase_one_sided(c, rng):
     """T >= 0 with P(T = m) proportional to w(m): a geometric number of
     blocks, then the step and an offset inside the block."""
