@@ -632,7 +632,12 @@ def categorical_tables(matrix, rtol=_ALIAS_RTOL):
     quantisation); entries that fail move to the tail. Zero entries are in
     neither and are never produced.
 
-    Returns a tuple of arrays (pass it whole to the kernels).
+    Returns a tuple of arrays (pass it whole to the kernels): ``cells`` of
+    shape (n_rows, 1 + K, 4), one 32-byte record per cell so that a draw
+    touches two cache lines (row header and cell) -- record 0 of a row is
+    (tail digit threshold, its fraction, bulk scale, last cell), record
+    1 + j is (threshold, own output, alias output, 0) -- then the
+    :func:`exponent_groups` tables of the tails.
     """
     matrix = np.asarray(matrix, dtype=np.float64)
     n_rows, n_out = matrix.shape
@@ -641,11 +646,8 @@ def categorical_tables(matrix, rtol=_ALIAS_RTOL):
         p = matrix[i] / math.fsum(matrix[i])
         rows.append(_alias_with_tail(p, rtol))
     width = max(int(r[2].shape[0]) for r in rows)
-    cell_prob = np.ones((n_rows, width))
-    cell_keep = np.zeros((n_rows, width), dtype=np.int64)
-    cell_alias = np.zeros((n_rows, width), dtype=np.int64)
-    # Per row: digit threshold of the tail, its fraction, bulk scale, last cell.
-    tail_split = np.zeros((n_rows, 4))
+    cells = np.zeros((n_rows, 1 + width, 4))
+    cells[:, 1:, 0] = 1.0
     # The tail tables hold only each row's tail entries (columns tail_cols).
     smalls = []
     for i, (bulk, tail, _, _) in enumerate(rows):
@@ -657,12 +659,12 @@ def categorical_tables(matrix, rtol=_ALIAS_RTOL):
     for i, (bulk, tail, prob, alias) in enumerate(rows):
         outputs = np.flatnonzero(bulk)
         k = prob.shape[0]
-        cell_prob[i, :k] = prob
+        cells[i, 1 : k + 1, 0] = prob
         if outputs.size:
-            cell_keep[i, :k] = outputs
-            cell_alias[i, :k] = outputs[alias]
+            cells[i, 1 : k + 1, 1] = outputs
+            cells[i, 1 : k + 1, 2] = outputs[alias]
         qd, frac = split_probability(tail)
-        tail_split[i] = qd, frac, k / (_DIGIT - qd) if qd < _DIGIT else 0.0, k - 1
+        cells[i, 0] = qd, frac, k / (_DIGIT - qd) if qd < _DIGIT else 0.0, k - 1
         small = smalls[i]
         if small.size:
             p = matrix[i] / math.fsum(matrix[i])
@@ -672,13 +674,12 @@ def categorical_tables(matrix, rtol=_ALIAS_RTOL):
             tail_rows[i, 0] = 1.0  # never reached: Bernoulli(0)
     order, *groups = exponent_groups(tail_rows)
     order = np.take_along_axis(tail_cols, order, axis=1)  # positions -> output indices
-    return (tail_split, cell_prob, cell_keep, cell_alias, order, *groups)
+    return (cells, order, *groups)
 
 
 _NO_TABLES = (
-    np.zeros((1, 4)), np.ones((1, 1)), np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64),
-    np.zeros((1, 1), np.int64), np.ones((1, 1)), np.ones((1, 1), np.int64), np.ones((1, 1)),
-    np.ones(1, np.int64),
+    np.zeros((1, 2, 4)), np.zeros((1, 1), np.int64), np.ones((1, 1)), np.ones((1, 1), np.int64),
+    np.ones((1, 1)), np.ones(1, np.int64),
 )
 
 
@@ -689,7 +690,7 @@ _EMPTY_I = np.zeros(0, dtype=np.int64)
 @numba.njit(cache=True, nogil=True)
 def _discrete_rows(
     codes, y, values, lower, par, rr, rng, outputs, out,
-    split, cell_prob, cell_keep, cell_alias, order, cdf, group_end, group_q, n_groups,
+    cells, order, cdf, group_end, group_q, n_groups,
 ):
     """Every finite-output sampler in one kernel (one compilation serves all).
 
@@ -742,15 +743,16 @@ def _discrete_rows(
                 if j >= n_classes:
                     j -= n_classes
         else:
-            qd = split[row, 0]
+            qd = cells[row, 0, 0]
             d = _digit(rng)
-            if _bernoulli_first(d, qd, split[row, 1], rng):  # the tail (rare), exactly
+            if _bernoulli_first(d, qd, cells[row, 0, 1], rng):  # the tail (rare), exactly
                 j = group_draw(row, rng, order, cdf, group_end, group_q, n_groups)
             else:  # the same digit, uniform on the bulk's share, picks a cell
-                w = (d - qd) * split[row, 2]
-                j = min(np.int64(w), np.int64(split[row, 3]))  # w < K, up to rounding
-                keep = np.int64(w - j < cell_prob[row, j])  # branch-free select
-                j = cell_alias[row, j] + keep * (cell_keep[row, j] - cell_alias[row, j])
+                w = (d - qd) * cells[row, 0, 2]
+                c = min(np.int64(w), np.int64(cells[row, 0, 3]))  # w < K, up to rounding
+                keep = w - c < cells[row, c + 1, 0]  # branch-free select
+                alias = cells[row, c + 1, 2]
+                j = np.int64(alias + keep * (cells[row, c + 1, 1] - alias))
         out[i] = outputs[j]
 
 
@@ -812,5 +814,5 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=
 def categorical_codes(codes, rng, tables):
     """An output index for each row index ``codes[i]``, drawn from the matrix
     the ``tables`` (:func:`categorical_tables`) were built from."""
-    n_out = int(max(tables[2].max(), tables[4].max())) + 1
+    n_out = int(max(tables[0][:, 1:, 1:3].max(), tables[1].max())) + 1
     return sample_rows(rng, np.arange(n_out, dtype=np.float64), codes=codes, tables=tables).astype(np.int64)
