@@ -43,8 +43,11 @@ def run_child(name, cache_dir):
     env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir, NUMBA_NUM_THREADS="1")
     out = subprocess.run(
         [sys.executable, "-c", _CHILD.format(name=name)], env=env, capture_output=True, text=True,
-        check=True, cwd=cache_dir,  # not the current directory: PYTHONPATH decides the code
+        cwd=cache_dir,  # not the current directory: PYTHONPATH decides the code
     )
+    if out.returncode != 0:
+        tail = " | ".join(out.stderr.strip().splitlines()[-3:])
+        return {"import": float("nan"), "first_fit": float("nan"), "file": "", "error": tail}
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -64,7 +67,7 @@ def main():
     if args.warm:
         header += f"{'first fit, warm (s)':>22}"
     print(header)
-    worst = 0.0
+    worst, code = 0.0, "?"
     for name in names:
         with tempfile.TemporaryDirectory(prefix="numba-cold-") as cache_dir:
             cold = run_child(name, cache_dir)
@@ -72,9 +75,13 @@ def main():
             if args.warm:
                 warm = run_child(name, cache_dir)
                 line += f"{warm['first_fit']:>22.2f}"
-        worst = max(worst, cold["first_fit"])
+        if "error" in cold:
+            line += f"  failed: {cold['error']}"
+        else:
+            worst = max(worst, cold["first_fit"])
+            code = os.path.dirname(cold["file"])
         print(line, flush=True)
-    print(f"slowest cold first fit: {worst:.2f} s; code from {os.path.dirname(cold['file'])}")
+    print(f"slowest cold first fit: {worst:.2f} s; code from {code}")
     print(f"{os.getloadavg()[0]:.2f} load average (1 min) at end")
 
 
