@@ -26,6 +26,8 @@ spend (:class:`LedgerUnavailableError`) rather than start over from a copy
 that would forget earlier spends.
 """
 
+from __future__ import annotations
+
 import errno
 import fcntl
 import json
@@ -37,7 +39,12 @@ import weakref
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from numbers import Integral, Real
+from typing import TYPE_CHECKING, Any
+
 from .utils._repr import public_repr
+
+if TYPE_CHECKING:  # optional dependency: only named in hints
+    from pandas import DataFrame
 
 __all__ = ["BudgetAccountant", "BudgetExceededError", "LedgerEntry", "LedgerUnavailableError"]
 
@@ -397,7 +404,10 @@ class BudgetAccountant:
     >>> tmp.cleanup()
     """
 
-    def __init__(self, epsilon=math.inf, delta=0.0, *, ledger=None):
+    def __init__(
+        self, epsilon: float = math.inf, delta: float = 0.0, *,
+        ledger: str | os.PathLike[str] | None = None,
+    ) -> None:
         if (
             not isinstance(epsilon, Real)
             or isinstance(epsilon, bool)
@@ -467,15 +477,15 @@ class BudgetAccountant:
 
     # -- read-only identity -------------------------------------------------
     @property
-    def epsilon(self):
+    def epsilon(self) -> float:
         return self._epsilon
 
     @property
-    def delta(self):
+    def delta(self) -> float:
         return self._delta
 
     @property
-    def ledger_id(self):
+    def ledger_id(self) -> str:
         return self._ledger_id
 
     # -- copies share the ledger ------------------------------------------
@@ -557,7 +567,7 @@ class BudgetAccountant:
             yield f, entries
 
     @property
-    def ledger(self):
+    def ledger(self) -> list[LedgerEntry]:
         with self._open_ledger(exclusive=False) as (_, entries):
             return entries
 
@@ -578,19 +588,19 @@ class BudgetAccountant:
         return eps, delta
 
     @property
-    def spent_epsilon(self):
+    def spent_epsilon(self) -> float:
         return self._totals(self.ledger)[0]
 
     @property
-    def spent_delta(self):
+    def spent_delta(self) -> float:
         return self._totals(self.ledger)[1]
 
     @property
-    def remaining_epsilon(self):
+    def remaining_epsilon(self) -> float:
         return max(self._epsilon - self.spent_epsilon, 0.0)
 
     @property
-    def remaining_delta(self):
+    def remaining_delta(self) -> float:
         return max(self._delta - self.spent_delta, 0.0)
 
     # -- charging ---------------------------------------------------------
@@ -599,7 +609,7 @@ class BudgetAccountant:
             1 + _BUDGET_RTOL
         )
 
-    def check(self, epsilon, delta=0.0):
+    def check(self, epsilon: float, delta: float = 0.0) -> None:
         """Raise :class:`BudgetExceededError` if a spend would not fit.
 
         Nothing is recorded.
@@ -622,8 +632,10 @@ class BudgetAccountant:
             )
 
     def spend(
-        self, epsilon, delta=0.0, *, n_labels, description, group=None, release=None, details=None
-    ):
+        self, epsilon: float, delta: float = 0.0, *, n_labels: int, description: str,
+        group: str | None = None, release: tuple[str, str] | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> bool:
         """Record a release, or raise if it would exceed the budget.
 
         Reading the ledger, checking the budget and appending the entry are
@@ -719,7 +731,7 @@ class BudgetAccountant:
                 raise self._unavailable(f"could not be written ({exc.strerror})") from None
         return True
 
-    def disjoint_group(self, description):
+    def disjoint_group(self, description: str) -> str:
         """Open a group of releases over disjoint rows (parallel composition).
 
         The group costs the maximum of its entries. Only code that itself
@@ -744,7 +756,7 @@ class BudgetAccountant:
             state = "ledger unavailable"
         return f"BudgetAccountant(epsilon={self._epsilon:g}, delta={self._delta:g}{where}; {state})"
 
-    def to_records(self):
+    def to_records(self) -> list[dict[str, Any]]:
         """The ledger as a list of plain dicts, one per release.
 
         Returns
@@ -778,7 +790,7 @@ class BudgetAccountant:
             records.append(record)
         return records
 
-    def to_frame(self):
+    def to_frame(self) -> DataFrame:
         """The ledger as a pandas DataFrame (one row per release).
 
         Returns
@@ -797,7 +809,7 @@ class BudgetAccountant:
                    "group", "group_id", "release_id", "release_fingerprint"]
         return pd.DataFrame(self.to_records(), columns=columns)
 
-    def to_json(self, path=None):
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> str | None:
         """The budget, the totals and the ledger as JSON.
 
         Parameters
@@ -825,7 +837,7 @@ class BudgetAccountant:
             f.write(text + "\n")
         return None
 
-    def summary(self):
+    def summary(self) -> str:
         """The ledger as a readable table."""
         entries = self.ledger
         spent_eps, spent_delta = self._totals(entries)

@@ -323,13 +323,9 @@ def _ordered_map(func, items, threads):
 
 
 def _progress(total, desc, enabled):
-    if not enabled:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:  # the bar is a convenience
-        return None
-    return tqdm(total=total, desc=desc, unit="rows", unit_scale=True, file=sys.stderr)
+    from .utils._progress import progress_bar
+
+    return progress_bar(total=total, desc=desc, enabled=enabled, unit="rows", unit_scale=True)
 
 
 def _sha256(path):

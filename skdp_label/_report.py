@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .utils._repr import public_repr
+
+if TYPE_CHECKING:  # optional dependency: only named in hints
+    from pandas import DataFrame
 
 __all__ = ["PrivacyReport", "mechanism_report", "noise_summary"]
 
@@ -63,7 +66,7 @@ class PrivacyReport:
         """The report as plain Python values (JSON-serialisable but for arrays)."""
         return asdict(self)
 
-    def to_frame(self):
+    def to_frame(self) -> DataFrame:
         """The charged steps as a pandas DataFrame (needs pandas)."""
         import pandas as pd
 

@@ -24,8 +24,15 @@ worker: a shared mount or a copy, inside the labels party's trust boundary):
 the key is never put into the task graph, the scheduler or a result.
 """
 
+from __future__ import annotations
+
+import os
+from typing import Any
+
 import numpy as np
 
+from ._accountant import BudgetAccountant
+from .mechanisms._base import BaseLabelMechanism
 from .release import KeyedRelease, id_row_keys, load_key
 
 __all__ = ["privatize"]
@@ -113,8 +120,11 @@ def _output_dtype(mechanism):
     return np.asarray(classes).dtype
 
 
-def privatize(data, mechanism, *, key_file, release_id, label=None, id=None, accountant=None,
-              check_unique_ids=True):
+def privatize(
+    data: Any, mechanism: BaseLabelMechanism, *, key_file: str | os.PathLike[str],
+    release_id: str, label: str | None = None, id: str | None = None,
+    accountant: BudgetAccountant | None = None, check_unique_ids: bool = True,
+) -> tuple[Any, KeyedRelease]:
     """Release a label column of a Dask collection with keyed noise.
 
     Parameters

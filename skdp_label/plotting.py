@@ -15,10 +15,21 @@ only when something is drawn, so importing this module costs nothing.
    against true labels). Do not release them.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Self
+
 import numpy as np
-from sklearn.base import clone
+from numpy.typing import ArrayLike
+from sklearn.base import BaseEstimator, clone
 from sklearn.metrics import check_scoring
 from sklearn.utils.validation import check_is_fitted
+
+from .mechanisms._base import BaseLabelMechanism
+
+if TYPE_CHECKING:  # optional dependency: only named in hints
+    from matplotlib.axes import Axes
 
 __all__ = ["JointDensityDisplay", "PrivacyUtilityDisplay", "TransitionMatrixDisplay"]
 
@@ -95,13 +106,19 @@ class TransitionMatrixDisplay:
     >>> disp = TransitionMatrixDisplay.from_mechanism(rr)  # doctest: +SKIP
     """
 
-    def __init__(self, transition_matrix, input_values, output_values, *, title=None):
+    def __init__(
+        self, transition_matrix: ArrayLike, input_values: ArrayLike, output_values: ArrayLike,
+        *, title: str | None = None,
+    ) -> None:
         self.transition_matrix = transition_matrix
         self.input_values = input_values
         self.output_values = output_values
         self.title = title
 
-    def plot(self, ax=None, *, cmap="viridis", colorbar=True, log=False):
+    def plot(
+        self, ax: Axes | None = None, *, cmap: str = "viridis", colorbar: bool = True,
+        log: bool = False,
+    ) -> Self:
         """Draw the heat map.
 
         Parameters
@@ -141,7 +158,9 @@ class TransitionMatrixDisplay:
         return self
 
     @classmethod
-    def from_mechanism(cls, mechanism, *, ax=None, **plot_kwargs):
+    def from_mechanism(
+        cls, mechanism: BaseLabelMechanism, *, ax: Axes | None = None, **plot_kwargs: Any
+    ) -> TransitionMatrixDisplay:
         """Plot the transition matrix of a fitted discrete mechanism.
 
         Parameters
@@ -210,13 +229,19 @@ class JointDensityDisplay:
     (5, 5)
     """
 
-    def __init__(self, density, label_edges, noisy_edges, *, title=None):
+    def __init__(
+        self, density: ArrayLike, label_edges: ArrayLike, noisy_edges: ArrayLike, *,
+        title: str | None = None,
+    ) -> None:
         self.density = density
         self.label_edges = label_edges
         self.noisy_edges = noisy_edges
         self.title = title
 
-    def plot(self, ax=None, *, cmap="magma", colorbar=True, diagonal=True):
+    def plot(
+        self, ax: Axes | None = None, *, cmap: str = "magma", colorbar: bool = True,
+        diagonal: bool = True,
+    ) -> Self:
         """Draw the joint histogram.
 
         Parameters
@@ -253,7 +278,10 @@ class JointDensityDisplay:
         return self
 
     @classmethod
-    def from_labels(cls, y, y_noisy, *, bins=40, title=None, ax=None, plot=True, **plot_kwargs):
+    def from_labels(
+        cls, y: ArrayLike, y_noisy: ArrayLike, *, bins: int = 40, title: str | None = None,
+        ax: Axes | None = None, plot: bool = True, **plot_kwargs: Any,
+    ) -> JointDensityDisplay:
         """Histogram given labels and noisy labels.
 
         Parameters
@@ -288,7 +316,10 @@ class JointDensityDisplay:
         return disp.plot(ax=ax, **plot_kwargs) if plot else disp
 
     @classmethod
-    def from_mechanism(cls, mechanism, y, *, bins=40, ax=None, plot=True, **plot_kwargs):
+    def from_mechanism(
+        cls, mechanism: BaseLabelMechanism, y: ArrayLike, *, bins: int = 40,
+        ax: Axes | None = None, plot: bool = True, **plot_kwargs: Any,
+    ) -> JointDensityDisplay:
         """Randomize ``y`` with a copy of ``mechanism`` and histogram the pairs.
 
         Parameters
@@ -367,8 +398,9 @@ class PrivacyUtilityDisplay:
     """
 
     def __init__(
-        self, epsilons, scores, *, scores_std=None, name=None, baseline=None, score_name="score"
-    ):
+        self, epsilons: ArrayLike, scores: ArrayLike, *, scores_std: ArrayLike | None = None,
+        name: str | None = None, baseline: float | None = None, score_name: str = "score",
+    ) -> None:
         self.epsilons = epsilons
         self.scores = scores
         self.scores_std = scores_std
@@ -376,7 +408,10 @@ class PrivacyUtilityDisplay:
         self.baseline = baseline
         self.score_name = score_name
 
-    def plot(self, ax=None, *, name=None, logx=True, **line_kwargs):
+    def plot(
+        self, ax: Axes | None = None, *, name: str | None = None, logx: bool = True,
+        **line_kwargs: Any,
+    ) -> Self:
         """Draw the curve (call again with the same ``ax`` to compare estimators).
 
         Parameters
@@ -397,7 +432,8 @@ class PrivacyUtilityDisplay:
         ax = _axes(ax)
         eps = np.asarray(self.epsilons, dtype=float)
         scores = np.asarray(self.scores, dtype=float)
-        (self.line_,) = ax.plot(eps, scores, marker="o", label=name or self.name, **line_kwargs)
+        line_kwargs.setdefault("marker", "o")
+        (self.line_,) = ax.plot(eps, scores, label=name or self.name, **line_kwargs)
         if self.scores_std is not None:
             std = np.asarray(self.scores_std, dtype=float)
             ax.fill_between(
@@ -417,23 +453,72 @@ class PrivacyUtilityDisplay:
         return self
 
     @classmethod
-    def from_estimator(
-        cls,
-        estimator,
-        X,
-        y,
-        X_test,
-        y_test,
-        *,
-        epsilons,
-        scoring=None,
-        n_repeats=1,
-        baseline_estimator=None,
-        name=None,
-        ax=None,
-        plot=True,
+    def from_study(
+        cls, table, method, *, baseline=True, score_name="score", ax=None, plot=True,
         **plot_kwargs,
     ):
+        """The curve of one method of a :func:`~skdp_label.study.privacy_utility_study` table.
+
+        Parameters
+        ----------
+        table : pandas.DataFrame or list of dict
+            The study's table; rows with ``status='ok'`` are used.
+        method : str
+            The ``method`` whose curve to draw (a mechanism label or
+            ``'dp-constant'``): mean over seeds, std band when several.
+        baseline : bool, default=True
+            Draw the table's ``'non-private'`` mean score as the baseline.
+        score_name : str, default="score"
+            Label of the y axis.
+        ax : matplotlib Axes, default=None
+            Axes to draw on.
+        plot : bool, default=True
+            Whether to draw.
+        **plot_kwargs
+            Passed to :meth:`plot`.
+
+        Returns
+        -------
+        display : PrivacyUtilityDisplay
+        """
+        from .study import NON_PRIVATE
+
+        records = table.to_dict("records") if hasattr(table, "to_dict") else list(table)
+        ok = [r for r in records if r["status"] == "ok"]
+        mine = [r for r in ok if r["method"] == method]
+        if not mine:
+            raise ValueError(f"the table has no successful row of method {method!r}.")
+        epsilons = np.array(sorted({float(r["epsilon"]) for r in mine}))
+        by_eps = [[r["score"] for r in mine if float(r["epsilon"]) == e] for e in epsilons]
+        reference = [r["score"] for r in ok if r["method"] == NON_PRIVATE]
+        disp = cls(
+            epsilons,
+            np.array([np.mean(s) for s in by_eps]),
+            scores_std=np.array([np.std(s) for s in by_eps]) if max(map(len, by_eps)) > 1 else None,
+            name=method,
+            baseline=float(np.mean(reference)) if baseline and reference else None,
+            score_name=score_name,
+        )
+        return disp.plot(ax=ax, **plot_kwargs) if plot else disp
+
+    @classmethod
+    def from_estimator(
+        cls,
+        estimator: BaseEstimator,
+        X: ArrayLike,
+        y: ArrayLike,
+        X_test: ArrayLike,
+        y_test: ArrayLike,
+        *,
+        epsilons: ArrayLike,
+        scoring: str | Callable | None = None,
+        n_repeats: int = 1,
+        baseline_estimator: BaseEstimator | None = None,
+        name: str | None = None,
+        ax: Axes | None = None,
+        plot: bool = True,
+        **plot_kwargs: Any,
+    ) -> PrivacyUtilityDisplay:
         """Fit a clone of a label-DP estimator at each epsilon and score it.
 
         Parameters

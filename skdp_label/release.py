@@ -29,6 +29,8 @@ How the noise is derived (docs/labels_party.md):
 Labels are never hashed or used as key material.
 """
 
+from __future__ import annotations
+
 import hashlib
 import hmac
 import json
@@ -37,9 +39,11 @@ import os
 import secrets
 import stat
 from numbers import Real
+from typing import Any
 
 import numba
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.base import clone
 
 from . import __name__ as _package
@@ -60,6 +64,8 @@ __all__ = [
 ]
 
 _KEY_BYTES = 32
+# Row keys as two uint64 words per row (what id_row_keys returns).
+RowKeys = tuple[np.ndarray, np.ndarray]
 _ID_FLAG = np.uint64(1 << 63)
 
 
@@ -71,7 +77,7 @@ class ReleaseKey:
 
     __slots__ = ("_secret",)
 
-    def __init__(self, secret):
+    def __init__(self, secret: bytes) -> None:
         if not isinstance(secret, bytes) or len(secret) != _KEY_BYTES:
             raise ValueError(f"a release key is {_KEY_BYTES} bytes.")
         self._secret = secret
@@ -92,7 +98,7 @@ class ReleaseKey:
         return self
 
 
-def generate_key_file(path):
+def generate_key_file(path: str | os.PathLike[str]) -> None:
     """Create a new key file: 32 bytes of OS entropy, readable by the owner only.
 
     Parameters
@@ -112,7 +118,7 @@ def generate_key_file(path):
         os.fsync(f.fileno())
 
 
-def load_key(path):
+def load_key(path: str | os.PathLike[str]) -> ReleaseKey:
     """Read a key file made by :func:`generate_key_file`.
 
     Raises ``ValueError`` (before anything is spent) if the file is missing,
@@ -166,7 +172,7 @@ def _row_keys(key, row_keys, n):
     return lo, hi | _ID_FLAG
 
 
-def id_row_keys(key, ids):
+def id_row_keys(key: ReleaseKey, ids: ArrayLike) -> RowKeys:
     """Row keys for an id column: integer ids keep their identity through a
     keyed Philox hash (fast), others through keyed BLAKE2b. The result is
     independent of the rows' order."""
@@ -179,10 +185,11 @@ def id_row_keys(key, ids):
 
 # -- the release --------------------------------------------------------------------
 def _public_params(mechanism):
+    # verbose only changes what is printed: not part of the release's identity.
     return {
         k: v
         for k, v in mechanism.get_params(deep=False).items()
-        if k not in ("accountant", "random_state")
+        if k not in ("accountant", "random_state", "verbose")
     }
 
 
@@ -249,7 +256,10 @@ class KeyedRelease:
     True
     """
 
-    def __init__(self, mechanism, key, release_id, *, accountant=None):
+    def __init__(
+        self, mechanism: BaseLabelMechanism, key: ReleaseKey, release_id: str, *,
+        accountant: BudgetAccountant | None = None,
+    ) -> None:
         if not isinstance(mechanism, BaseLabelMechanism):
             raise ValueError(f"mechanism must be a label mechanism, got {type(mechanism).__name__}.")
         if not isinstance(key, ReleaseKey):
@@ -270,11 +280,11 @@ class KeyedRelease:
 
     # -- pass 1 --------------------------------------------------------------------
     @property
-    def needs_counts(self):
+    def needs_counts(self) -> bool:
         """Whether the mechanism estimates a private prior (two passes)."""
         return isinstance(self.mechanism, BasePriorMechanism) and self.mechanism.prior is None
 
-    def check_batch(self, y_batch):
+    def check_batch(self, y_batch: ArrayLike) -> None:
         """Validate a batch of labels (NaN, bounds, classes) without counting.
 
         A streaming release runs this over every batch *before* :meth:`fit`
@@ -288,7 +298,7 @@ class KeyedRelease:
             raise ValueError("a keyed release privatizes one label column; pass a 1-D array.")
         return y2d[:, 0]
 
-    def add_counts(self, y_batch, row_keys):
+    def add_counts(self, y_batch: ArrayLike, row_keys: RowKeys | ArrayLike) -> None:
         """Pass 1: add a batch's exact counts over the public domain.
 
         The counts stay in this object (with the labels party); only their
@@ -301,7 +311,7 @@ class KeyedRelease:
         counts = self.batch_counts(y_batch, row_keys)
         self.merge_counts(counts, int(counts.sum()))
 
-    def batch_counts(self, y_batch, row_keys):
+    def batch_counts(self, y_batch: ArrayLike, row_keys: RowKeys | ArrayLike) -> np.ndarray:
         """Pass 1 on a worker: a batch's exact counts, not accumulated here.
 
         Sum them on the labels party's side and pass the total to
@@ -315,7 +325,7 @@ class KeyedRelease:
         rows = KeyedRows(*self._philox, np.uint64(1 << 32), lo, hi)  # a stage range of its own
         return np.bincount(self.mechanism._histogram_codes(y, rows, values), minlength=values.size)
 
-    def merge_counts(self, counts, n_labels):
+    def merge_counts(self, counts: ArrayLike, n_labels: int) -> None:
         """Add exact counts computed by :meth:`batch_counts` elsewhere."""
         if self.fitted_ is not None:
             raise ValueError("the release is already fitted; counts must come before fit.")
@@ -326,7 +336,9 @@ class KeyedRelease:
         self._n_counted += int(n_labels)
 
     @classmethod
-    def for_workers(cls, fitted, key, release_id):
+    def for_workers(
+        cls, fitted: BaseLabelMechanism, key: ReleaseKey, release_id: str
+    ) -> KeyedRelease:
         """The randomizing side of a release fitted (and charged) elsewhere:
         the workers of a cluster each rebuild it from the broadcast fitted
         mechanism and their own copy of the key file."""
@@ -348,7 +360,7 @@ class KeyedRelease:
         text = f"{type(self.mechanism).__name__}|{public}|{n_rows}"
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def fit(self, n_rows):
+    def fit(self, n_rows: int) -> None:
         """Charge the release (once per id) and fit the mechanism.
 
         Parameters
@@ -413,7 +425,7 @@ class KeyedRelease:
         return None
 
     # -- pass 2 --------------------------------------------------------------------
-    def randomize(self, y_batch, row_keys):
+    def randomize(self, y_batch: ArrayLike, row_keys: RowKeys | ArrayLike) -> np.ndarray:
         """Noisy labels of a batch; no charge (the release was charged in fit).
 
         Parameters
@@ -433,7 +445,7 @@ class KeyedRelease:
         return mech._randomize_column(y2d[:, 0], KeyedRows(*self._philox, np.uint64(0), lo, hi))
 
     # -- what the platform receives ------------------------------------------------------
-    def manifest(self):
+    def manifest(self) -> dict[str, Any]:
         """What the platform receives instead of a pickle (JSON-serialisable).
 
         Library version, mechanism and public parameters, epsilon and its
@@ -475,7 +487,7 @@ class KeyedRelease:
         return out
 
 
-def mechanism_from_manifest(manifest):
+def mechanism_from_manifest(manifest: dict[str, Any]) -> BaseLabelMechanism:
     """The platform side: a fitted mechanism rebuilt from a manifest's public
     parameters (fitting spends nothing: every input is public), for the
     noisy-label scorers and debiasing helpers."""
@@ -495,7 +507,10 @@ def mechanism_from_manifest(manifest):
     return mech
 
 
-def privatize(y, mechanism, key, release_id, *, row_keys=None, accountant=None):
+def privatize(
+    y: ArrayLike, mechanism: BaseLabelMechanism, key: ReleaseKey, release_id: str, *,
+    row_keys: RowKeys | ArrayLike | None = None, accountant: BudgetAccountant | None = None,
+) -> tuple[np.ndarray, KeyedRelease]:
     """In-memory keyed release of a label column: the same noisy labels as
     the CLI and the Dask path for the same key, release id and rows.
 

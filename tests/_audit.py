@@ -14,11 +14,15 @@ feeds each one deliberately broken mechanisms next to a correct control.
   draw independent noise), :func:`audit_prior_is_noisy` (a private prior is
   really noisy).
 * :func:`audit_messages_have_no_labels`: errors, warnings and log records of a
-  failing call quote no private label.
+  failing call quote no private label; :func:`audit_output_has_no_labels`:
+  the same for what a successful call prints (``verbose``), warns or logs
+  (its mutants are in ``tests/test_verbose.py``).
 """
 
+import contextlib
 import copy
 import functools
+import io
 import logging
 import math
 import numbers
@@ -791,6 +795,12 @@ def audit_messages_have_no_labels(call, labels, public=()):
         chain += [exc.__cause__, exc.__context__]
     texts += [(f"warning {w.category.__name__}", str(w.message)) for w in caught]
     texts += [(f"log record {r.name}", r.getMessage()) for r in handler.records]
+    _fail_if(_quoted_labels(texts, labels, public), "messages quote private labels")
+    return error
+
+
+def _quoted_labels(texts, labels, public):
+    """Findings: each (where, text) that spells one of ``labels``."""
     public_forms = {form for value in _distinct(public) for form in _label_forms(value)}
     findings = []
     for value in _distinct(labels):
@@ -800,5 +810,39 @@ def audit_messages_have_no_labels(call, labels, public=()):
             form = next((f for f in forms if _label_pattern(f).search(text)), None)
             if form is not None:
                 findings.append(f"{where} quotes a private label as {form!r}: {text!r}")
-    _fail_if(findings, "messages quote private labels")
-    return error
+    return findings
+
+
+def audit_output_has_no_labels(call, labels, public=()):
+    """Run a call that must succeed; flag any private value its output quotes.
+
+    The counterpart of :func:`audit_messages_have_no_labels` for what a
+    successful call prints (``verbose`` output, progress bars), warns or
+    logs: stdout, stderr, warnings and log records are searched for each of
+    ``labels`` (private label values, or exact label statistics such as a
+    mean or class counts) in the same spellings.
+
+    Returns
+    -------
+    output : str
+        Everything printed to stdout and stderr, for further checks.
+    """
+    handler = _LogCapture()
+    root_logger = logging.getLogger()
+    old_level = root_logger.level
+    root_logger.addHandler(handler)
+    root_logger.setLevel(logging.DEBUG)
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err):
+            warnings.simplefilter("always")
+            call()
+    finally:
+        root_logger.removeHandler(handler)
+        root_logger.setLevel(old_level)
+    texts = [("stdout", out.getvalue()), ("stderr", err.getvalue())]
+    texts += [(f"warning {w.category.__name__}", str(w.message)) for w in caught]
+    texts += [(f"log record {r.name}", r.getMessage()) for r in handler.records]
+    _fail_if(_quoted_labels(texts, labels, public), "output quotes private values")
+    return out.getvalue() + err.getvalue()

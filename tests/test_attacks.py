@@ -74,6 +74,9 @@ def _estimators():
         "classifier-cluster-prior": LabelDPClassifier(
             LogisticRegression(), epsilon=1.0, prior="clusters", n_clusters=4, n_stages=2, classes=[0, 1, 2]
         ),
+        "classifier-auto-shrinkage": LabelDPClassifier(
+            LogisticRegression(), "auto", 1.0, shrinkage="auto", classes=[0, 1, 2]
+        ),
     }
     return X, y_reg, y_cls, regs, clfs
 

@@ -17,12 +17,20 @@ from skdp_label.estimators import (
     unbiased_square_estimator,
 )
 from skdp_label.mechanisms import (
+    MVU,
+    RQM,
+    DebiasedRR,
     DiscreteLaplace,
     ExponentialMechanism,
     Gaussian,
     Laplace,
+    OptimalUnbiased,
     RandomizedResponse,
+    RPWithPrior,
+    RROnBins,
     RRTopK,
+    RRWithPrior,
+    RRWithPriorRegression,
     Staircase,
 )
 from skdp_label.mechanisms._base import BaseDiscreteMechanism
@@ -75,13 +83,17 @@ def test_square_estimator_exact_for_a_discrete_unbiased_mechanism():
 
 
 @pytest.mark.parametrize(
-    "mech",
-    [Laplace(1.0, bounds=(0.0, 1.0)), ExponentialMechanism(1.0, bounds=(0, 5), resolution=1.0)],
-    ids=["clipped-laplace", "exponential"],
+    "mech, match",
+    [
+        (Laplace(1.0, bounds=(0.0, 1.0)), "clips its outputs"),
+        (RROnBins(0.5, prior=(np.arange(6.0), np.full(6, 1 / 6))), "biased .* rank 2 for 6"),
+        (MVU(1.0, bounds=(0.0, 1.0)), "squared label"),
+    ],
+    ids=["clipped-laplace", "merging-bins", "affine-in-the-label"],
 )
-def test_biased_mechanisms_are_refused(mech):
-    mech.fit([0.5])
-    with pytest.raises(ValueError, match="bias"):
+def test_mechanisms_without_an_unbiased_estimate_are_refused(mech, match):
+    mech.fit([0.0])
+    with pytest.raises(ValueError, match=match):
         unbiased_mse_scorer(mech)
 
 
@@ -91,7 +103,7 @@ def test_debiased_accuracy_is_exact_in_expectation():
     # E[G[y~, f] | y] = 1{f = y} for every (y, f): the estimate's expectation is the accuracy.
     np.testing.assert_allclose(rr.transition_matrix_ @ inverse, np.eye(4), atol=1e-12)
     top_k = RRTopK(1.0, classes=[0, 1, 2, 3], k=2).fit([0])
-    with pytest.raises(ValueError, match="singular"):
+    with pytest.raises(ValueError, match="accuracy .* rank 2 for 4 label values"):
         debiased_accuracy([0, 1], [0, 1], top_k)
 
 
@@ -151,3 +163,74 @@ def test_classification_model_selection_on_noisy_labels_matches_true_labels():
     search = GridSearchCV(LogisticRegression(max_iter=300), {"C": Cs}, cv=cv,
                           scoring=debiased_accuracy_scorer(rr)).fit(X, y_noisy)
     assert search.best_params_["C"] == Cs[int(np.argmax(truths))]
+
+
+_SIX = (np.arange(6.0), np.full(6, 1 / 6))
+_SKEWED = (np.arange(6.0), np.array([0.5, 0.2, 0.1, 0.1, 0.05, 0.05]))
+
+
+@pytest.mark.parametrize(
+    "mech",
+    [
+        ExponentialMechanism(1.0, bounds=(0, 5), resolution=1.0),
+        ExponentialMechanism(2.0, bounds=(0, 3), resolution=0.25),
+        RROnBins(8.0, prior=_SIX),  # every label keeps its own bin
+        RRWithPriorRegression(8.0, prior=_SIX),  # every label in the top-k set
+        OptimalUnbiased(1.0, prior=_SKEWED),
+        DebiasedRR(1.0, bounds=(0, 5)),
+        RPWithPrior(1.0, bounds=(0, 5), prior=_SIX, granularity=1.0),
+        _DebiasedBinaryRR(0.7),
+        DiscreteLaplace(2.0, bounds=(0, 4)),  # clipped integer noise has a transition matrix
+    ],
+    ids=lambda m: f"{type(m).__name__}-{m.epsilon}",
+)
+def test_mse_estimate_is_exact_in_expectation_over_the_transition(mech):
+    mech = clone(mech).fit([0.0])
+    inputs = np.asarray(mech.input_values_, dtype=np.float64)
+    outputs = np.asarray(mech.output_values_, dtype=np.float64)
+    for f in (-3.0, 0.0, 1.7, 12.0):
+        # Estimate of each possible noisy label (one per column, duplicates included),
+        # averaged by the transition: the true squared error of every label value.
+        per_output = [unbiased_mse([o], [f], mech) for o in outputs]
+        expected = mech.transition_matrix_ @ np.asarray(per_output)
+        np.testing.assert_allclose(expected, (f - inputs) ** 2, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "mech, match",
+    [
+        (RROnBins(0.5, prior=_SIX), "rank 2 for 6"),
+        (RRWithPriorRegression(0.3, prior=_SKEWED), "rank 1 for 6"),
+        (RQM(1.0, bounds=(0.0, 5.0)), "squared label"),
+    ],
+    ids=["rr-on-bins-merged", "rr-with-prior-top-k", "rqm"],
+)
+def test_regression_refusals_name_the_reason(mech, match):
+    mech.fit([0.0])
+    with pytest.raises(ValueError, match=match):
+        unbiased_mse([0.0], [0.0], mech)
+
+
+@pytest.mark.parametrize(
+    "mech",
+    [
+        RandomizedResponse(1.0, classes=["a", "b", "c", "d"]),
+        RRWithPrior(0.5, classes=[0, 1, 2]),  # uniform prior: k = all classes
+        RRTopK(1.0, classes=[0, 1, 2], k=3),
+    ],
+    ids=lambda m: type(m).__name__,
+)
+def test_debiased_accuracy_is_exact_for_every_invertible_classification_mechanism(mech):
+    classes = list(mech.classes)
+    mech = clone(mech).fit(classes[:1])
+    outputs = list(mech.output_values_)
+    for i, true in enumerate(mech.input_values_):
+        for pred in classes:
+            per_output = [debiased_accuracy([o], [pred], mech) for o in outputs]
+            assert mech.transition_matrix_[i] @ per_output == pytest.approx(float(pred == true))
+
+
+def test_skewed_prior_rr_with_prior_is_refused():
+    mech = RRWithPrior(0.5, classes=[0, 1, 2, 3], prior=[0.7, 0.1, 0.1, 0.1]).fit([0])
+    with pytest.raises(ValueError, match="rank 1 for 4"):
+        debiased_accuracy_scorer(mech)

@@ -74,3 +74,58 @@ def test_ledger_exports_records_frame_and_json(tmp_path):
     pd = pytest.importorskip("pandas")
     frame = acc.to_frame()
     assert isinstance(frame, pd.DataFrame) and list(frame["epsilon"]) == [1.0, 0.5, 0.75]
+
+
+# -- nested objects: a printed Pipeline / GridSearchCV shows epsilon too ----------
+def _nested_cases():
+    from sklearn.compose import TransformedTargetRegressor
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.pipeline import Pipeline
+
+    meta = Pipeline([("m", LabelDPRegressor(Ridge()))])
+    ttr = Pipeline([("t", TransformedTargetRegressor(
+        regressor=Ridge(), transformer=Laplace(bounds=(0, 1)), check_inverse=False
+    ))])
+    with_instance = Pipeline([("m", LabelDPRegressor(Ridge(), mechanism=Laplace(bounds=(0, 1))))])
+    return {
+        "meta-estimator in a Pipeline": (meta, 1, ["mechanism='unbiased'"]),
+        "meta-estimator in a GridSearchCV": (
+            GridSearchCV(meta, {"m__base_estimator__alpha": [1.0]}), 1, ["mechanism='unbiased'"]
+        ),
+        "mechanism in a TransformedTargetRegressor": (
+            ttr, 1, ["Laplace(bounds=(0, 1), epsilon=1.0)"]
+        ),
+        "mechanism in a GridSearchCV": (GridSearchCV(ttr, {}), 1, ["epsilon=1.0"]),
+        "mechanism instance in a meta-estimator": (
+            with_instance, 2, ["Laplace(bounds=(0, 1), epsilon"]
+        ),
+    }
+
+
+@pytest.mark.parametrize("print_changed_only", [True, False])
+@pytest.mark.parametrize("case", list(_nested_cases()), ids=str)
+def test_nested_estimators_show_epsilon_and_mechanism(case, print_changed_only):
+    est, n_private, fragments = _nested_cases()[case]
+    with sklearn.config_context(print_changed_only=print_changed_only):
+        text = " ".join(repr(est).split())  # the pretty printer's line breaks
+    # Every private object prints its epsilon (and a meta-estimator its mechanism), once each.
+    assert len(re.findall(r"\bepsilon=", text)) == n_private
+    if "meta" in case:
+        assert len(re.findall(r"\bmechanism=", text)) == 1
+    for fragment in fragments:
+        if print_changed_only:
+            assert fragment in text
+    # Other estimators keep scikit-learn's changed-only listing.
+    if print_changed_only:
+        assert "Ridge()" in text and "alpha=" not in text.split("param_grid")[0]
+    else:
+        assert "alpha=1.0" in text
+
+
+def test_epsilon_changed_in_a_nested_mechanism_is_shown_with_its_value():
+    from sklearn.pipeline import Pipeline
+
+    est = Pipeline([("m", LabelDPRegressor(Ridge(), epsilon=0.25, mechanism="laplace"))])
+    text = " ".join(repr(est).split())
+    assert "epsilon=0.25" in text and "mechanism='laplace'" in text
+    assert len(re.findall(r"\bepsilon=", text)) == 1

@@ -8,6 +8,7 @@ from numbers import Real
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
+from sklearn.model_selection import GridSearchCV, ParameterGrid
 from sklearn.utils import Bunch, get_tags
 from sklearn.utils._param_validation import HasMethods, Interval
 from sklearn.utils.metadata_routing import (
@@ -27,6 +28,13 @@ from sklearn.utils.validation import (
 from .._accountant import BudgetAccountant
 from ..mechanisms._base import BaseLabelMechanism
 from ..mechanisms._registry import make_mechanism
+from ..mechanisms.classic._additive import (
+    BaseAdditiveMechanism,
+    BaseStaircaseFamily,
+    DiscreteLaplace,
+    DiscreteStaircase,
+    Gaussian,
+)
 from ..utils._random import (
     PrivacyLeakWarning,
     check_random_state,
@@ -34,7 +42,9 @@ from ..utils._random import (
     random_state_constraint,
     release_generator,
 )
+from ..utils._progress import VERBOSE_CONSTRAINT, Progress
 from ..utils._repr import PrivacyReprMixin
+from ._scorers import noisy_label_scorer
 
 __all__ = ["BaseLabelDPEstimator"]
 
@@ -52,6 +62,9 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
         "epsilon": [Interval(Real, 0, None, closed="neither")],
         "accountant": [BudgetAccountant, None],
         "random_state": random_state_constraint(),
+        "verbose": VERBOSE_CONSTRAINT,
+        "param_grid": [dict, list, None],
+        "cv": ["cv_object"],
     }
 
     # -- randomness --------------------------------------------------------------
@@ -104,7 +117,13 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
             mech.set_params(**updates)
         # Named in the ledger rows the mechanism writes (public context).
         mech._ledger_context = {"estimator": type(self).__name__}
+        # Slow solvers report their own progress at the estimator's verbosity.
+        if self.verbose and not getattr(mech, "verbose", True):
+            mech.set_params(verbose=self.verbose)
         return mech
+
+    def _progress(self):
+        return Progress(self.verbose, type(self).__name__)
 
     # -- checks before any budget is spent -------------------------------------
     def _check_inputs_before_spending(self, X, y, fit_params):
@@ -146,6 +165,7 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
                 )
         routed = self._routed("fit", fit_params)
         self._check_fit_params(X, routed)
+        self._check_model_selection(y_shape)
         return routed
 
     def _check_fit_params(self, X, fit_params):
@@ -213,7 +233,64 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
             return process_routing(self, method, **params).estimator[method]
         return Bunch(**params)
 
-    def _fit_base(self, X, y_noisy, routed_fit_params):
+    # -- model selection on the noisy labels (param_grid) ----------------------
+    def _check_model_selection(self, y_shape):
+        """Refuse, before anything is spent, a ``param_grid`` that cannot be
+        searched with an unbiased noisy-label scorer."""
+        if self.param_grid is None:
+            return
+        for params in ParameterGrid(self.param_grid):  # validates the grid's structure
+            clone(self.base_estimator).set_params(**params)  # and its parameter names
+        name = type(self).__name__
+        if len(y_shape) == 2 and y_shape[1] > 1:
+            raise ValueError(f"{name}: param_grid scores one label column; y has {y_shape[1]}.")
+        per_example_priors = getattr(self, "prior", "uniform") != "uniform" or (
+            self._task == "classification" and self.mechanism == "auto"
+        )
+        if getattr(self, "n_stages", 1) > 1 or per_example_priors:
+            raise ValueError(
+                f"{name}: param_grid needs labels randomized by one transition matrix; "
+                "multi-stage training, a private prior and mechanism='auto' randomize with "
+                "per-example priors."
+            )
+        public = {k: getattr(self, k, None) for k in ("bounds", "domain", "classes")}
+        mechanism = self._build_mechanism(float(self.epsilon), None, None, **public)
+        continuous = isinstance(mechanism, BaseAdditiveMechanism) and not isinstance(
+            mechanism, (DiscreteLaplace, DiscreteStaircase)
+        )
+        if continuous and (
+            mechanism.clip or not isinstance(mechanism, (BaseStaircaseFamily, Gaussian))
+        ):
+            raise ValueError(
+                f"{name}: param_grid needs an unbiased estimate of the loss from the noisy "
+                f"labels, which {type(mechanism).__name__}'s continuous clipped outputs do not "
+                "give; use mechanism_params={'clip': False} or a discrete mechanism."
+            )
+
+    def _fit_base(self, X, y_noisy, routed_fit_params, mechanism=None):
+        """Fit a clone of the base estimator on the noisy labels, choosing its
+        parameters in ``param_grid`` by cross-validation on the noisy labels
+        with the unbiased scorer of ``mechanism`` (post-processing: no budget)."""
+        self.best_params_ = self.cv_results_ = None
+        if self.param_grid is not None:
+            try:
+                encoded = self._task == "classification"  # the base estimator sees class codes
+                scorer = noisy_label_scorer(mechanism, self._task, encoded=encoded)
+            except ValueError as exc:
+                warnings.warn(
+                    f"{type(self).__name__}: param_grid ignored, the base estimator keeps its "
+                    f"parameters, because {exc}",
+                    UserWarning,
+                    stacklevel=3,
+                )
+            else:
+                search = GridSearchCV(
+                    clone(self.base_estimator), self.param_grid, scoring=scorer, cv=self.cv,
+                    error_score="raise",
+                ).fit(X, y_noisy, **routed_fit_params)
+                # Functions of the noisy labels and the public features only.
+                self.best_params_, self.cv_results_ = search.best_params_, search.cv_results_
+                return search.best_estimator_
         estimator = clone(self.base_estimator)
         estimator.fit(X, y_noisy, **routed_fit_params)
         return estimator

@@ -5,22 +5,69 @@ from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import ClassifierMixin, _fit_context
+from sklearn.base import ClassifierMixin, _fit_context, clone
+from sklearn.dummy import DummyClassifier
 from sklearn.utils import _safe_indexing
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import _check_method_params, column_or_1d
+from sklearn.utils.validation import _check_method_params, check_is_fitted, column_or_1d
 
+from ..mechanisms._registry import make_mechanism
 from ..mechanisms._validation import check_classes, encode_classes
-from ..mechanisms.classification._solver import temper
+from ..mechanisms.classic._randomized_response import RandomizedResponse
+from ..mechanisms.classification._rr_top_k import RRTopK, RRWithPrior
+from ..mechanisms.classification._solver import temper, top_k_order
 from ..utils._random import derive_random_state
 from ._base import BaseLabelDPEstimator
-from ._cluster_prior import cluster_priors, feature_clusters
+from ._cluster_prior import cluster_priors, feature_clusters, nearest_cluster
 from ._multistage import in_top_k, partition_stages, stage_fractions
+from ._noise_aware import (
+    backward_correct,
+    class_prior_epsilon,
+    classification_plan,
+    debiased_frequencies,
+    debiased_targets,
+    effective_sample_size,
+    shrinkage_weight,
+)
+from ..utils._progress import format_epsilon
 from ..utils._repr import public_repr
 
 __all__ = ["LabelDPClassifier"]
+
+# Ledger step of each private prior.
+_PRIOR_STEP = {"clusters": "cluster prior histograms", "class-frequencies": "class histogram prior"}
+
+
+def _is_noise_aware(estimator):
+    """Base estimators that train on debiased targets themselves."""
+    return bool(getattr(estimator, "_noise_aware", False))
+
+
+def _is_rr_top_k(mechanism):
+    """RR and RR-Top-k: their noise on the top-k set is known in closed form."""
+    return isinstance(mechanism, (RandomizedResponse, RRTopK, RRWithPrior))
+
+
+def _global_mask(mechanism):
+    """The top-k set of a mechanism without per-example priors."""
+    return np.asarray(mechanism.transition_matrix_).sum(axis=0) > 0
+
+
+def _masks_from_priors(mechanism, priors):
+    """The top-k set of each row for per-example priors (as ``randomize``)."""
+    priors = np.asarray(priors, dtype=np.float64)
+    order = top_k_order(priors)
+    ks = mechanism.choose_k(priors)
+    masks = np.zeros(priors.shape, dtype=bool)
+    rank_in_set = np.arange(priors.shape[1])[None, :] < ks[:, None]
+    masks[np.arange(priors.shape[0])[:, None], order] = rank_in_set
+    return masks
+
+
+def _num_rows(X):
+    return X.shape[0] if hasattr(X, "shape") else len(X)
 
 
 def _base_has(attr):
@@ -54,10 +101,13 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
     base_estimator : estimator
         Any scikit-learn classifier; multi-stage training needs
         ``predict_proba``. It is trained on class codes ``0 .. K-1``.
-    mechanism : {'rr-with-prior', 'rr-top-k', 'rr'} or mechanism instance, \
+    mechanism : {'rr-with-prior', 'rr-top-k', 'rr', 'auto'} or mechanism instance, \
             default='rr-with-prior'
         Label mechanism (a registered classification name, or an instance,
-        which is cloned and given this estimator's ``epsilon``).
+        which is cloned and given this estimator's ``epsilon``). ``'auto'``
+        follows the documented rule (docs/classification.md): one stage of
+        RRWithPrior with a private class histogram as prior costing
+        min(sqrt(K / n), epsilon / 2); see ``plan_``.
     epsilon : float, default=1.0
         Total privacy cost of one label per fit.
     n_stages : int, default=1
@@ -71,17 +121,42 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
     classes : array-like
         The public list of classes. Required: the set of classes present in
         the labels is itself a statistic of the private labels.
-    prior : {'uniform', 'clusters'}, default='uniform'
+    prior : {'uniform', 'clusters', 'class-frequencies'}, default='uniform'
         Prior of the first stage. ``'clusters'`` runs k-means on the
         (public) features and spends ``prior_epsilon`` on a discrete-Laplace
-        class histogram per cluster (004, Alg. 4); the labels then get
+        class histogram per cluster (004, Alg. 4); ``'class-frequencies'``
+        spends it on one histogram of all the labels. The labels then get
         ``epsilon - prior_epsilon``.
     n_clusters : int, default=20
         Clusters for ``prior='clusters'``.
-    prior_epsilon : float, default=0.1
-        Budget of the cluster histograms (less than ``epsilon``).
+    prior_epsilon : float or 'auto', default=0.1
+        Budget of the prior histograms (less than ``epsilon``). ``'auto'``:
+        min(sqrt(K / n), epsilon / 2) (000's rule, relative to epsilon).
     reuse_labels : bool, default=True
         Whether later stages also train on earlier stages' filtered labels.
+    proba_correction : {'backward'} or None, default='backward'
+        ``'backward'``: ``predict_proba`` maps the base estimator's
+        probabilities of the noisy labels to probabilities of the true labels
+        through the known transition of the last stage, on each row's top-k
+        set (the set the row's prior gives: global for a uniform or public
+        prior, per cluster, or from the previous stage's model), then projects
+        onto the simplex; ``predict`` is their argmax. Free post-processing.
+        Ignored for base estimators without ``predict_proba`` and for
+        noise-aware ones (they model the true labels already).
+    shrinkage : 'auto', float in [0, 1] or None, default=None
+        Weight of the class prior in the corrected probabilities (needs
+        ``proba_correction``). The prior is the private class histogram of
+        the ``'clusters'`` / ``'class-frequencies'`` priors, else the debiased
+        class frequencies of the first stage's noisy labels (free). ``'auto'``:
+        K^2 / (K^2 + n_e), n_e the effective number of clean labels behind the
+        model (docs/classification.md).
+    param_grid : dict or list of dicts, optional
+        Parameters of ``base_estimator`` to choose by ``GridSearchCV`` on the
+        noisy labels with :func:`~skdp_label.estimators.debiased_accuracy_scorer`
+        of the fitted mechanism (no true label, no extra budget), then refit
+        on all noisy labels. One stage and a uniform prior only.
+    cv : int, cross-validation generator or iterable, optional
+        Splitting of the noisy labels for ``param_grid`` (``GridSearchCV``'s).
     accountant : BudgetAccountant, optional
         Charged with every release; shared by clones, so model selection is
         accounted.
@@ -91,6 +166,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         entropy for every fit and keeps none of it. An int makes fits
         reproducible (streams derived from the seed and the features) and emits :class:`~skdp_label.utils.PrivacyLeakWarning`.
         Generators are refused.
+    verbose : int, default=0
+        Print epsilon per step, stage sizes and timings (public facts only;
+        never labels or seeds), with a progress bar over the stages (if
+        tqdm is installed). 0 is silent.
 
     Attributes
     ----------
@@ -103,13 +182,33 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         Epsilon spent per label by this object, cumulative over its fits
         (within a fit: prior plus stages, which compose in parallel).
     prior_epsilon_ : float
-        Epsilon spent on the cluster prior (0 if none).
+        Epsilon spent on the prior histograms (0 if none).
+    plan_ : dict
+        The mechanism, prior, prior budget and stages used (what
+        ``mechanism='auto'`` chose).
+    cluster_histograms_ : ndarray of shape (n_clusters, n_classes) or None
+        The private prior histograms (epsilon-DP; one row for
+        ``'class-frequencies'``).
+    cluster_centers_ : ndarray or None
+        k-means centres of the public features (``prior='clusters'``).
+    class_prior_ : ndarray of shape (n_classes,) or None
+        Debiased class frequencies of the noisy labels (when ``shrinkage``
+        is set and there is no prior histogram).
+    shrinkage_ : float
+        Weight of the class prior in ``predict_proba``.
+    prior_estimator_ : estimator or None
+        The previous stage's model (multi-stage training with
+        ``proba_correction``): its priors give the last stage's top-k sets.
     stage_sizes_ : list of int
         Examples randomized in each stage.
     stage_k_ : list of float
         Average size of the top-k sets in each stage.
     stage_train_sizes_ : list of int
         Examples each stage's model was trained on (own plus reused).
+    best_params_ : dict or None
+        Parameters chosen in ``param_grid`` (None without one).
+    cv_results_ : dict or None
+        ``GridSearchCV.cv_results_`` of that choice: scores on noisy labels.
     n_features_in_ : int
 
     Examples
@@ -137,10 +236,12 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         "stage_split": [Interval(Real, 0, 1, closed="neither"), "array-like", None],
         "prior_temperature": [Interval(Real, 0, None, closed="neither")],
         "classes": ["array-like", None],
-        "prior": [StrOptions({"uniform", "clusters"})],
+        "prior": [StrOptions({"uniform", "clusters", "class-frequencies"})],
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
-        "prior_epsilon": [Interval(Real, 0, None, closed="neither")],
+        "prior_epsilon": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
         "reuse_labels": ["boolean"],
+        "proba_correction": [StrOptions({"backward"}), None],
+        "shrinkage": [StrOptions({"auto"}), Interval(Real, 0, 1, closed="both"), None],
     }
 
     def __init__(
@@ -157,8 +258,13 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         n_clusters=20,
         prior_epsilon=0.1,
         reuse_labels=True,
+        proba_correction="backward",
+        shrinkage=None,
+        param_grid=None,
+        cv=None,
         accountant=None,
         random_state=None,
+        verbose=0,
     ):
         self.base_estimator = base_estimator
         self.mechanism = mechanism
@@ -171,8 +277,13 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         self.n_clusters = n_clusters
         self.prior_epsilon = prior_epsilon
         self.reuse_labels = reuse_labels
+        self.proba_correction = proba_correction
+        self.shrinkage = shrinkage
+        self.param_grid = param_grid
+        self.cv = cv
         self.accountant = accountant
         self.random_state = random_state
+        self.verbose = verbose
 
     # -- helpers ---------------------------------------------------------------
     def _all_classes(self, model, proba):
@@ -186,10 +297,14 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
 
     def _reusable(self, model, X, earlier, noisy_codes, ks):
         """Earlier stages' rows whose noisy label is in the previous model's
-        top k, k the rounded mean k of the current stage (004 App. B)."""
+        top k, k the rounded mean k of the current stage (004 App. B), and
+        that top-k set of each kept row."""
         k = max(int(round(ks.mean())), 1)
         proba = self._proba(model, _safe_indexing(X, earlier))
-        return earlier[in_top_k(proba, noisy_codes[earlier], k)]
+        keep = in_top_k(proba, noisy_codes[earlier], k)
+        sets = np.zeros(proba.shape, dtype=bool)
+        np.put_along_axis(sets, top_k_order(proba)[:, :k], True, axis=1)
+        return earlier[keep], sets[keep]
 
     def _validate_targets(self, y):
         y = column_or_1d(y, warn=True)
@@ -199,15 +314,81 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         classes = check_classes(self.classes, owner=type(self).__name__)
         return y, classes, encode_classes(y, classes)
 
-    def _check_budget_split(self):
-        if self.prior != "clusters":
-            return 0.0
-        if not self.prior_epsilon < self.epsilon:
-            raise ValueError(
-                f"prior_epsilon={public_repr(self.prior_epsilon)} must be less than "
-                f"epsilon={public_repr(self.epsilon)}."
-            )
-        return float(self.prior_epsilon)
+    def _plan(self, n_samples, n_classes):
+        """Mechanism, prior, prior budget and stages of this fit (public).
+
+        ``mechanism='auto'`` takes them from :func:`classification_plan`
+        (public inputs only); otherwise they are the parameters.
+        """
+        if self.mechanism == "auto":
+            if self.prior != "uniform" or self.n_stages != 1:
+                raise ValueError(
+                    "mechanism='auto' chooses the prior and the number of stages itself; leave "
+                    "prior and n_stages at their defaults, or name a mechanism to set them."
+                )
+            return classification_plan(float(self.epsilon), n_samples, n_classes)
+        eps_prior = 0.0
+        if self.prior != "uniform":
+            eps_prior = self.prior_epsilon
+            if eps_prior == "auto":
+                eps_prior = class_prior_epsilon(float(self.epsilon), n_samples, n_classes)
+            if not eps_prior < self.epsilon:
+                raise ValueError(
+                    f"prior_epsilon={public_repr(self.prior_epsilon)} must be less than "
+                    f"epsilon={public_repr(self.epsilon)}."
+                )
+        return {"mechanism": self.mechanism, "prior": self.prior,
+                "prior_epsilon": float(eps_prior), "n_stages": int(self.n_stages)}
+
+    def _make_mechanism(self, plan, epsilon, random_state, classes):
+        if self.mechanism != "auto":
+            return self._build_mechanism(epsilon, random_state, None, classes=classes)
+        mech = make_mechanism(plan["mechanism"], task=self._task, epsilon=epsilon,
+                              random_state=random_state, classes=classes)
+        mech._ledger_context = {"estimator": type(self).__name__}
+        return mech
+
+    def _check_noise_options(self, mechanisms):
+        """The correction options need the noise to be RR-Top-k (known T)."""
+        uses_noise = (self.proba_correction is not None or self.shrinkage is not None
+                      or _is_noise_aware(self.base_estimator))
+        if self.shrinkage is not None:
+            if self.proba_correction is None:
+                raise ValueError("shrinkage acts on corrected probabilities: it needs "
+                                 "proba_correction='backward'.")
+            if not hasattr(self.base_estimator, "predict_proba"):
+                raise ValueError("shrinkage needs a base_estimator with predict_proba.")
+        if uses_noise:
+            for mech in mechanisms:
+                if not _is_rr_top_k(mech):
+                    raise ValueError(
+                        f"{type(mech).__name__}'s transition is not RR-Top-k: proba_correction, "
+                        "shrinkage and noise-aware base estimators need mechanism 'rr', "
+                        "'rr-top-k' or 'rr-with-prior' (or set proba_correction=None)."
+                    )
+
+    def _stage_masks(self, mech, priors, n_rows):
+        """The top-k set each row of a stage is randomized on (public: from the
+        priors, which never depend on the row's own label)."""
+        n_classes = self.classes_.shape[0]
+        if priors is None:
+            return np.broadcast_to(_global_mask(mech), (n_rows, n_classes))
+        return _masks_from_priors(mech, priors)
+
+    def _fit_model(self, X, codes, targets, fit_params, mechanism):
+        """Fit a clone of the base estimator on noisy codes.
+
+        Noise-aware base estimators also get the debiased targets (rows of
+        the inverse transition, 004 eq. (7)/(17)); if the noisy labels hold
+        a single class (e.g. RRWithPrior chose k = 1), a base estimator
+        could not be fitted, and the constant predictor is what the labels say.
+        """
+        if _is_noise_aware(self.base_estimator):
+            estimator = clone(self.base_estimator)
+            return estimator.fit(X, codes, noise_targets=targets, **fit_params)
+        if np.unique(codes).shape[0] < 2:
+            return DummyClassifier(strategy="prior").fit(X, codes)
+        return self._fit_base(X, codes, fit_params, mechanism)
 
     # -- fit -----------------------------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=False)
@@ -236,7 +417,9 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             X = np.asarray(X)
         y, classes, codes = self._validate_targets(y)
         self.classes_ = classes
-        eps_prior = self._check_budget_split()
+        n_classes = classes.shape[0]
+        plan = self._plan(codes.shape[0], n_classes)
+        eps_prior = plan["prior_epsilon"]
         eps_labels = float(self.epsilon) - eps_prior
         context = self._fit_context(X)
         # Local to this fit: the stage split, the clusters and their noisy
@@ -245,52 +428,74 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         accountant = self.accountant
         if accountant is None and not isinstance(self.mechanism, str):
             accountant = getattr(self.mechanism, "accountant", None)
-        n_stages = int(self.n_stages)
+        n_stages = plan["n_stages"]
         parts = partition_stages(codes.shape[0], stage_fractions(n_stages, self.stage_split), rng)
         # The stages' mechanisms never charge the accountant themselves: this
         # estimator charges them as one disjoint group.
         mechanisms = [
-            self._build_mechanism(
-                eps_labels, derive_random_state(self.random_state, context + (stage + 1,)), None,
-                classes=classes,
+            self._make_mechanism(
+                plan, eps_labels, derive_random_state(self.random_state, context + (stage + 1,)),
+                classes,
             ).set_params(accountant=None)
             for stage in range(n_stages)
         ]
         for stage, mech in enumerate(mechanisms):
             mech._ledger_context["stage"] = stage + 1
-        needs_priors = n_stages > 1 or self.prior == "clusters"
+        needs_priors = n_stages > 1 or plan["prior"] != "uniform"
         if needs_priors and not hasattr(mechanisms[0], "randomize"):
             raise ValueError(
                 f"{type(mechanisms[0]).__name__} takes no per-example priors; multi-stage training "
-                "and prior='clusters' need mechanism='rr-with-prior' or 'rr-top-k'."
+                "and a prior other than 'uniform' need mechanism='rr-with-prior' or 'rr-top-k'."
             )
         if n_stages > 1 and not hasattr(self.base_estimator, "predict_proba"):
             raise ValueError("multi-stage training needs a base_estimator with predict_proba.")
         for mech in mechanisms:
             mech.fit(y[:1])  # validates the mechanism's public inputs, spends nothing
+        self._check_noise_options(mechanisms)
         stage_costs = [mech._total_cost() for mech in mechanisms]
         if accountant is not None:
             accountant.check(eps_prior + max(c[0] for c in stage_costs), max(c[1] for c in stage_costs))
+        progress = self._progress()
+        progress(
+            f"{n_stages} stage(s) of {[int(r.shape[0]) for r in parts]} examples, "
+            f"{type(mechanisms[0]).__name__} at epsilon {format_epsilon(eps_labels)} per label"
+        )
         priors = None
-        if self.prior == "clusters":
-            cluster_of, n_clusters = feature_clusters(X, self.n_clusters, rng)  # public: free
+        self.cluster_centers_ = self.cluster_histograms_ = None
+        if plan["prior"] != "uniform":
+            if plan["prior"] == "clusters":
+                cluster_of, centers = feature_clusters(X, self.n_clusters, rng)  # public: free
+            else:  # one histogram of all the labels
+                cluster_of, centers = np.zeros(codes.shape[0], dtype=np.int64), None
             if accountant is not None:
                 accountant.spend(
                     eps_prior, n_labels=codes.shape[0],
-                    description=f"{type(self).__name__}: cluster prior histograms",
-                    details={"estimator": type(self).__name__, "step": "cluster prior histograms"},
+                    description=f"{type(self).__name__}: {_PRIOR_STEP[plan['prior']]}",
+                    details={"estimator": type(self).__name__, "step": _PRIOR_STEP[plan["prior"]]},
                 )
+            n_clusters = 1 if centers is None else centers.shape[0]
             priors, self.cluster_histograms_ = cluster_priors(
-                cluster_of, n_clusters, codes, classes.shape[0], eps_prior, rng
+                cluster_of, n_clusters, codes, n_classes, eps_prior, rng
+            )
+            self.cluster_centers_ = centers
+            progress(
+                f"cluster prior: noisy class histograms of {n_clusters} clusters, epsilon "
+                f"{format_epsilon(eps_prior)}"
+                if centers is not None
+                else f"class prior: one noisy class histogram, epsilon {format_epsilon(eps_prior)}"
             )
         group = None
         if accountant is not None and n_stages > 1:
             group = accountant.disjoint_group(type(self).__name__)
 
         noisy_codes = np.full(codes.shape[0], -1, dtype=np.int64)
-        model = None
+        masks = np.zeros((codes.shape[0], n_classes), dtype=bool)
+        model = previous = None
         self.stage_k_, self.stage_train_sizes_ = [], []
-        for stage, (rows, mech, cost) in enumerate(zip(parts, mechanisms, stage_costs)):
+        stages = progress.stages(
+            enumerate(zip(parts, mechanisms, stage_costs)), total=n_stages, desc=type(self).__name__
+        )
+        for stage, (rows, mech, cost) in stages:
             X_rows = _safe_indexing(X, rows)
             if model is not None:
                 stage_priors = temper(self._proba(model, X_rows), self.prior_temperature)
@@ -306,25 +511,47 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             mech.fit(y[rows])
             if stage_priors is None:
                 noisy = mech.transform(y[rows])
-                ks = np.full(rows.shape[0], getattr(mech, "k_", classes.shape[0]))
+                ks = np.full(rows.shape[0], getattr(mech, "k_", n_classes))
             else:
                 noisy = mech.randomize(y[rows], stage_priors)
                 ks = mech.choose_k(stage_priors)
             noisy_codes[rows] = encode_classes(noisy, classes)
+            if _is_rr_top_k(mech):
+                masks[rows] = self._stage_masks(mech, stage_priors, rows.shape[0])
             self.stage_k_.append(float(ks.mean()))
             train = rows
             if stage > 0 and self.reuse_labels:
                 earlier = np.concatenate(parts[:stage])
-                train = np.concatenate([self._reusable(model, X, earlier, noisy_codes, ks), rows])
-            model = self._fit_base(
-                _safe_indexing(X, train), noisy_codes[train], _check_method_params(X, routed, train)
-            )
+                reused, filter_sets = self._reusable(model, X, earlier, noisy_codes, ks)
+                # RR-Top-k on S conditioned on landing in the filter's set F is
+                # RR-Top-k on S & F (same epsilon): reused rows are debiased so.
+                train = np.concatenate([reused, rows])
+                train_masks = np.concatenate([masks[reused] & filter_sets, masks[rows]])
+            else:
+                train_masks = masks[train]
+            targets = None
+            if _is_noise_aware(self.base_estimator):
+                targets = debiased_targets(noisy_codes[train], train_masks, eps_labels, n_classes)
+            with progress.timed(
+                f"stage {stage + 1}/{n_stages}: epsilon {format_epsilon(cost[0])} on "
+                f"{rows.shape[0]} labels, mean k {self.stage_k_[-1]:.2f}; trained "
+                f"{type(self.base_estimator).__name__} on {train.shape[0]} examples"
+            ):
+                previous, model = model, self._fit_model(
+                    _safe_indexing(X, train), noisy_codes[train], targets,
+                    _check_method_params(X, routed, train), mech,
+                )
             self.stage_train_sizes_.append(int(train.shape[0]))
 
         self.estimator_ = model
         self.mechanisms_ = mechanisms
         self.mechanism_ = mechanisms[-1]
         self.prior_epsilon_ = eps_prior
+        self.plan_ = dict(plan, mechanism=type(mechanisms[-1]).__name__)
+        # The previous stage's model gives the last stage's priors, hence the
+        # noise sets that the correction needs at prediction time.
+        self.prior_estimator_ = previous if self.proba_correction is not None else None
+        self._fit_shrinkage(noisy_codes, masks, parts, train_masks, eps_labels)
         # Stages compose in parallel (disjoint rows); refits add up.
         self.epsilon_spent_ = getattr(self, "epsilon_spent_", 0.0) + eps_prior + max(
             float(m.epsilon_spent_) for m in mechanisms
@@ -332,36 +559,89 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         self.stage_sizes_ = [int(r.shape[0]) for r in parts]
         return self
 
+    def _fit_shrinkage(self, noisy_codes, masks, parts, train_masks, eps_labels):
+        """The class prior and its weight in predictions (post-processing).
+
+        The prior is the private class histogram when there is one (it is
+        epsilon-DP and charged), else the debiased class frequencies of the
+        first stage's noisy labels (free). The weight follows
+        :func:`shrinkage_weight` from the final model's effective sample size.
+        """
+        self.class_prior_ = None
+        self.shrinkage_ = 0.0
+        if self.shrinkage is None:
+            return
+        if self.cluster_histograms_ is None:
+            first = parts[0]
+            self.class_prior_ = debiased_frequencies(
+                noisy_codes[first], masks[first], eps_labels, self.classes_.shape[0])
+        if self.shrinkage == "auto":
+            n_eff = effective_sample_size(train_masks, eps_labels, train_masks.shape[0])
+            self.shrinkage_ = shrinkage_weight(n_eff, self.classes_.shape[0])
+        else:
+            self.shrinkage_ = float(self.shrinkage)
+
+    def _class_priors(self, X):
+        """Per-row priors the final stage randomized with (None: uniform)."""
+        if self.prior_estimator_ is not None:
+            return temper(self._proba(self.prior_estimator_, X), self.prior_temperature)
+        if self.cluster_histograms_ is None:
+            return None
+        if self.cluster_centers_ is None:
+            return np.broadcast_to(self.cluster_histograms_[0], (_num_rows(X), len(self.classes_)))
+        return self.cluster_histograms_[nearest_cluster(X, self.cluster_centers_)]
+
     def _report_parts(self):
         extra = []
         if self.prior_epsilon_ > 0:
             extra.append({
-                "stage": None, "step": "cluster prior histograms", "epsilon": self.prior_epsilon_,
+                "stage": None, "step": _PRIOR_STEP[self.plan_["prior"]], "epsilon": self.prior_epsilon_,
                 "delta": 0.0, "n_labels": int(sum(self.stage_sizes_)),
             })
         # Stages randomize disjoint rows: they compose in parallel.
         return self.mechanisms_, extra, True
 
     # -- prediction -------------------------------------------------------------------
+    def _corrects(self):
+        """Whether predictions go through the noise correction."""
+        return (self.proba_correction is not None or self.shrinkage is not None) and hasattr(
+            self.estimator_, "predict_proba")
+
     def predict(self, X, **predict_params):
         """Predicted classes.
+
+        The argmax of :meth:`predict_proba` when ``proba_correction`` or
+        ``shrinkage`` is set (and the base estimator has ``predict_proba``),
+        else the base estimator's prediction.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
         **predict_params : dict
-            Passed to ``estimator_.predict``.
+            Passed to ``estimator_.predict`` (or ``predict_proba``).
 
         Returns
         -------
         y_pred : ndarray of shape (n_samples,)
         """
-        codes = self._delegate("predict", X, predict_params)
+        check_is_fitted(self)
+        if self._corrects():
+            codes = np.argmax(self.predict_proba(X, **predict_params), axis=1)
+        else:
+            codes = self._delegate("predict", X, predict_params)
         return self.classes_[np.asarray(codes, dtype=np.int64)]
 
     @available_if(_base_has("predict_proba"))
     def predict_proba(self, X, **predict_proba_params):
-        """Class probabilities of the fitted base estimator.
+        """Class probabilities, corrected for the label noise if asked.
+
+        With ``proba_correction='backward'`` the base estimator's
+        probabilities of the *noisy* labels are mapped to probabilities of
+        the true labels through the mechanism's transition on each row's
+        top-k set (:func:`~skdp_label.estimators.backward_correct`); with
+        ``shrinkage``, they are then mixed with the class prior:
+        ``(1 - shrinkage_) * p + shrinkage_ * class prior``. A noise-aware
+        base estimator already models the true labels and is not corrected.
 
         Parameters
         ----------
@@ -374,8 +654,23 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         proba : ndarray of shape (n_samples, n_classes)
             Columns follow ``classes_``.
         """
-        proba = self._delegate("predict_proba", X, predict_proba_params)
-        return self._all_classes(self.estimator_, proba)
+        check_is_fitted(self)
+        proba = self._all_classes(
+            self.estimator_, self._delegate("predict_proba", X, predict_proba_params))
+        if self.proba_correction is not None and not _is_noise_aware(self.estimator_):
+            mech = self.mechanism_
+            priors = self._class_priors(X)
+            masks = _global_mask(mech) if priors is None else _masks_from_priors(mech, priors)
+            proba = backward_correct(proba, masks, float(mech.epsilon))
+        if self.shrinkage_ > 0:
+            if self.cluster_histograms_ is None:
+                prior = self.class_prior_
+            elif self.cluster_centers_ is None:
+                prior = self.cluster_histograms_[0]
+            else:
+                prior = self.cluster_histograms_[nearest_cluster(X, self.cluster_centers_)]
+            proba = (1.0 - self.shrinkage_) * proba + self.shrinkage_ * prior
+        return proba
 
     def score(self, X, y, sample_weight=None):
         """Accuracy of the fitted model on labels ``y``.

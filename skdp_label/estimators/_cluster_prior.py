@@ -2,17 +2,30 @@
 
 import numpy as np
 from sklearn.cluster import KMeans
+from sklearn.metrics import pairwise_distances_argmin
 
 from ..mechanisms._prior import noisy_histogram
 
-__all__ = ["feature_clusters", "cluster_priors"]
+__all__ = ["feature_clusters", "nearest_cluster", "cluster_priors"]
 
 
 def feature_clusters(X, n_clusters, rng):
-    """k-means cluster of each example, from the public features only (free)."""
+    """k-means cluster of each example, from the public features only (free).
+
+    Returns the cluster of each row and the cluster centres (public: a
+    function of the features), with which :func:`nearest_cluster` assigns new
+    rows. The fitted KMeans is not returned: its ``random_state`` was drawn
+    from this fit's generator.
+    """
     n_clusters = min(int(n_clusters), X.shape[0])
     kmeans = KMeans(n_clusters=n_clusters, n_init=3, random_state=int(rng.integers(2**31 - 1)))
-    return kmeans.fit_predict(np.asarray(X, dtype=np.float64)), n_clusters
+    cluster_of = kmeans.fit_predict(np.asarray(X, dtype=np.float64))
+    return cluster_of, kmeans.cluster_centers_.copy()
+
+
+def nearest_cluster(X, centers):
+    """Index of the nearest centre of each row (what ``KMeans.predict`` does)."""
+    return pairwise_distances_argmin(np.asarray(X, dtype=np.float64), centers)
 
 
 def cluster_priors(cluster_of, n_clusters, codes, n_classes, epsilon, rng):

@@ -39,6 +39,17 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         Public finite label domain, passed to mechanisms that take one.
     mechanism_params : dict, optional
         Further constructor arguments of the mechanism (by name only).
+    param_grid : dict or list of dicts, optional
+        Parameters of ``base_estimator`` to choose by ``GridSearchCV`` on the
+        noisy labels with :func:`~skdp_label.estimators.unbiased_mse_scorer`
+        of the fitted mechanism (no true label, no extra budget), then refit
+        on all noisy labels: at small epsilon it picks simpler models. The
+        mechanism must admit an unbiased MSE estimate (refused before
+        anything is spent when it cannot, e.g. clipped continuous noise;
+        warned and ignored after fit when its noisy prior makes it
+        non-invertible, e.g. RR-on-Bins merging labels).
+    cv : int, cross-validation generator or iterable, optional
+        Splitting of the noisy labels for ``param_grid`` (``GridSearchCV``'s).
     accountant : BudgetAccountant, optional
         Charged with every randomization; shared by clones, so model
         selection is accounted.
@@ -51,6 +62,10 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         :class:`~skdp_label.utils.PrivacyLeakWarning` is emitted because the
         seed is readable from the estimator. Generators are refused. The
         base estimator keeps its own ``random_state``.
+    verbose : int, default=0
+        Print the mechanism, epsilon per step and timings (public facts
+        only; never labels or seeds), and let a slow solver report its own
+        progress. 0 is silent.
 
     Attributes
     ----------
@@ -61,6 +76,10 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
     epsilon_spent_ : float
         Epsilon spent per label by this object, cumulative over all its
         fits (each fit randomizes again and is charged again).
+    best_params_ : dict or None
+        Parameters chosen in ``param_grid`` (None without one).
+    cv_results_ : dict or None
+        ``GridSearchCV.cv_results_`` of that choice: scores on noisy labels.
     n_features_in_ : int
         Number of features seen by the base estimator.
 
@@ -106,8 +125,11 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         bounds=None,
         domain=None,
         mechanism_params=None,
+        param_grid=None,
+        cv=None,
         accountant=None,
         random_state=None,
+        verbose=0,
     ):
         self.base_estimator = base_estimator
         self.mechanism = mechanism
@@ -115,8 +137,11 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         self.bounds = bounds
         self.domain = domain
         self.mechanism_params = mechanism_params
+        self.param_grid = param_grid
+        self.cv = cv
         self.accountant = accountant
         self.random_state = random_state
+        self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=False)
     def fit(self, X, y, **fit_params):
@@ -146,7 +171,11 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
             domain=self.domain,
         )
         y_noisy = mechanism.fit_transform(y)
-        self.estimator_ = self._fit_base(X, y_noisy, routed)
+        # No timing of the step that reads the labels: only public facts.
+        progress = self._progress()
+        progress.charges(getattr(mechanism, "charges_", ()))
+        with progress.timed(f"fitted {type(self.base_estimator).__name__} on the noisy labels"):
+            self.estimator_ = self._fit_base(X, y_noisy, routed, mechanism)
         self.mechanism_ = mechanism
         self.epsilon_spent_ = getattr(self, "epsilon_spent_", 0.0) + float(mechanism.epsilon_spent_)
         return self

@@ -3,17 +3,35 @@
 Once labels are randomized, anything computed from the noisy labels and the
 public features is post-processing and costs no budget. Tuning on the
 noisy labels therefore needs scores whose *expectation* is the true-label
-score:
+score. They exist for every mechanism whose noise is known and can be
+inverted on its outputs:
 
-* Regression with an unbiased mechanism (E[y~ | y] = y): for a prediction
-  f, E[(f - y~)^2 | y] = (f - y)^2 + Var(y~ | y). With h such that
-  E[h(y~) | y] = y^2, the estimate f^2 - 2 f y~ + h(y~) is unbiased for
-  (f - y)^2. For additive noise of variance s^2, h(y~) = y~^2 - s^2 (noisy
-  MSE minus the noise variance); for a discrete mechanism h solves
-  T h = y^2 with T its transition matrix.
-* Classification with an invertible transition matrix T (e.g. randomized
-  response): with G = T^-1, E[G[y~, f] | y] = 1{f = y}, so averaging
-  G[y~_i, f_i] estimates the true accuracy (debiased accuracy).
+* Regression. For a prediction f, (f - y)^2 = f^2 - 2 f y + y^2; with g
+  and h such that E[g(y~) | y] = y and E[h(y~) | y] = y^2, the estimate
+  f^2 - 2 f g(y~) + h(y~) is unbiased for (f - y)^2. For unclipped additive
+  noise of variance s^2, g(y~) = y~ and h(y~) = y~^2 - s^2 (noisy MSE minus
+  the noise variance). For a mechanism with a transition matrix T (rows:
+  label values, columns: output values), g and h solve T g = y and
+  T h = y^2 over its label values (g = the outputs themselves when the
+  mechanism is unbiased). They exist when these systems are solvable, e.g.
+  for invertible square transitions (exponential mechanism, RR-on-Bins
+  and RRWithPrior-regression when every label value keeps its own output),
+  and for the unbiased randomizers; they do not when two label values
+  share one output distribution (bins merging labels, labels outside a
+  top-k set) or the outputs are clipped continuous noise, and the
+  estimators then raise ``ValueError``.
+* Classification with a transition matrix T of full row rank (e.g.
+  randomized response): with G such that T G = I, E[G[y~, f] | y] = 1{f = y},
+  so averaging G[y~_i, f_i] estimates the true accuracy (debiased accuracy).
+
+Discrete mechanisms read a label as one of their label values
+(``input_values_``): exactly when the labels lie on that grid (e.g. integer
+labels with ``resolution=1``). Otherwise, mechanisms that round labels to
+the nearest value make the estimate unbiased for the loss to the rounded
+label, and those that round at random (the unbiased randomizers) keep
+E[g(y~) | y] = y, so the estimate is off by a term that does not depend on
+the prediction: differences between models, and hence model selection,
+stay unbiased.
 """
 
 import math
@@ -31,9 +49,11 @@ __all__ = [
     "debiased_accuracy",
     "unbiased_mse_scorer",
     "debiased_accuracy_scorer",
+    "noisy_label_scorer",
 ]
 
-_UNBIASED_RTOL = 1e-8
+# Largest residual |T x - target| accepted, relative to the target's scale.
+_SOLVE_RTOL = 1e-8
 
 
 def _additive_noise_variance(mechanism):
@@ -49,14 +69,129 @@ def _additive_noise_variance(mechanism):
     return float(np.ravel(staircase_moment(lam, width, r, 2))[0]) * g * g
 
 
+def _transition(mechanism):
+    """``(T, input_values, output_values)`` of a fitted discrete mechanism,
+    with columns of equal output value merged (a noisy label is a value, not
+    a column)."""
+    name = type(mechanism).__name__
+    try:
+        matrix = np.asarray(mechanism.transition_matrix_, dtype=np.float64)
+        inputs = np.asarray(mechanism.input_values_)
+        outputs = np.asarray(mechanism.output_values_)
+    except (AttributeError, ValueError, TypeError):
+        raise ValueError(
+            f"{name} exposes neither its noise variance nor a transition matrix: its noise "
+            "cannot be inverted."
+        ) from None
+    if matrix.ndim != 2 or matrix.shape != (inputs.shape[0], outputs.shape[0]):
+        raise ValueError(f"{name}'s transition matrix does not match its input and output values.")
+    values, column = np.unique(outputs, return_inverse=True)
+    if values.shape[0] < outputs.shape[0]:
+        merged = np.zeros((matrix.shape[0], values.shape[0]))
+        np.add.at(merged.T, column, matrix.T)
+        matrix, outputs = merged, values
+    return matrix, inputs, outputs
+
+
+def _solve_exactly(matrix, target):
+    """``x`` with ``matrix @ x == target`` up to rounding, or None if none exists."""
+    x, *_ = np.linalg.lstsq(matrix, target, rcond=None)
+    scale = max(float(np.abs(target).max()), 1.0)
+    if not np.all(np.isfinite(x)) or np.max(np.abs(matrix @ x - target)) > _SOLVE_RTOL * scale:
+        return None
+    return x
+
+
+def _not_invertible(name, what, matrix, prefix=""):
+    rank = np.linalg.matrix_rank(matrix)
+    why = (
+        f"its transition matrix has rank {rank} for {matrix.shape[0]} label values (the "
+        "output distributions of some labels are mixtures of others', e.g. several labels "
+        "share one, or they are affine in the label)"
+        if rank < matrix.shape[0]
+        else "its transition matrix is too ill-conditioned to invert"
+    )
+    return ValueError(
+        f"{prefix}no unbiased estimate of {what} exists from {name}'s outputs: {why}."
+    )
+
+
+def _value_lookup(name, outputs, estimates):
+    """Map noisy labels (values among ``outputs``) to ``estimates``."""
+    order = np.argsort(outputs, kind="stable")
+    sorted_outputs, sorted_estimates = outputs[order], estimates[order]
+
+    def lookup(y_noisy):
+        y_noisy = np.asarray(y_noisy, dtype=np.float64)
+        idx = np.clip(np.searchsorted(sorted_outputs, y_noisy), 0, outputs.size - 1)
+        if np.any(sorted_outputs[idx] != y_noisy):
+            raise ValueError(f"noisy labels are not among {name}'s output values.")
+        return sorted_estimates[idx]
+
+    return lookup
+
+
+def _moment_estimators(mechanism):
+    """``(g, h)`` with E[g(y~) | y] = y and E[h(y~) | y] = y^2, or ValueError."""
+    check_is_fitted(mechanism)
+    name = type(mechanism).__name__
+    if isinstance(mechanism, BaseAdditiveMechanism):
+        if mechanism.clip and getattr(mechanism, "transition_matrix_", None) is not None:
+            return _discrete_moment_estimators(mechanism)  # clipped integer noise: a matrix
+        if mechanism.clip:
+            raise ValueError(
+                f"{name}(clip=True) clips its outputs, which biases them, and its clipped "
+                "noise has no known inverse; use clip=False for unbiased noisy labels."
+            )
+        if not isinstance(mechanism, (BaseStaircaseFamily, Gaussian)):
+            raise ValueError(f"the noise variance of {name} is unknown.")
+        variance = _additive_noise_variance(mechanism)
+        return (
+            lambda y_noisy: np.asarray(y_noisy, dtype=np.float64),
+            lambda y_noisy: np.asarray(y_noisy, dtype=np.float64) ** 2 - variance,
+        )
+    return _discrete_moment_estimators(mechanism)
+
+
+def _discrete_moment_estimators(mechanism):
+    name = type(mechanism).__name__
+    matrix, inputs, outputs = _transition(mechanism)
+    inputs, outputs = inputs.astype(np.float64), outputs.astype(np.float64)
+    scale = max(float(np.abs(inputs).max()), 1.0)
+    if np.max(np.abs(matrix @ outputs - inputs)) <= _SOLVE_RTOL * scale:
+        g = outputs  # an unbiased mechanism: its outputs estimate the label
+    else:
+        g = _solve_exactly(matrix, inputs)
+        if g is None:
+            raise _not_invertible(
+                name, "the label", matrix, prefix=f"{name} is biased (E[y~ | y] != y) and "
+            )
+    h = _solve_exactly(matrix, inputs**2)
+    if h is None:
+        raise _not_invertible(name, "the squared label", matrix)
+    return _value_lookup(name, outputs, g), _value_lookup(name, outputs, h)
+
+
+def _debiasing_matrix(mechanism):
+    """``(G, input_values, output_values)`` with ``T @ G = I``, or ValueError."""
+    check_is_fitted(mechanism)
+    name = type(mechanism).__name__
+    matrix, inputs, outputs = _transition(mechanism)
+    inverse = _solve_exactly(matrix, np.eye(matrix.shape[0]))
+    if inverse is None:
+        raise _not_invertible(name, "the accuracy", matrix)
+    return inverse, inputs, outputs
+
+
 def unbiased_square_estimator(mechanism):
-    """A function h with E[h(y~) | y] = y^2 for a fitted unbiased mechanism.
+    """A function h with E[h(y~) | y] = y^2 for a fitted mechanism.
 
     Parameters
     ----------
     mechanism : fitted label mechanism
         An additive mechanism with ``clip=False``, or a discrete mechanism
-        (``transition_matrix_``) whose outputs average to the input.
+        (``transition_matrix_``) for which ``T h = y^2`` is solvable over
+        its label values (see the module notes).
 
     Returns
     -------
@@ -66,8 +201,8 @@ def unbiased_square_estimator(mechanism):
     Raises
     ------
     ValueError
-        If the mechanism is biased (e.g. clipped outputs) or its noise is
-        unknown.
+        If no such estimator exists (clipped outputs, unknown noise, label
+        values sharing one output distribution).
 
     Examples
     --------
@@ -78,44 +213,12 @@ def unbiased_square_estimator(mechanism):
     >>> round(float(h(np.array([0.0]))[0]), 3)  # 0 - 2 (b / eps)^2
     -2.0
     """
-    check_is_fitted(mechanism)
-    name = type(mechanism).__name__
-    if isinstance(mechanism, BaseAdditiveMechanism):
-        if mechanism.clip:
-            raise ValueError(
-                f"{name}(clip=True) clips its outputs, which biases them; use clip=False for "
-                "unbiased noisy labels."
-            )
-        if not isinstance(mechanism, (BaseStaircaseFamily, Gaussian)):
-            raise ValueError(f"the noise variance of {name} is unknown.")
-        variance = _additive_noise_variance(mechanism)
-        return lambda y_noisy: np.asarray(y_noisy, dtype=np.float64) ** 2 - variance
-    try:
-        matrix = np.asarray(mechanism.transition_matrix_, dtype=np.float64)
-        inputs = np.asarray(mechanism.input_values_, dtype=np.float64)
-        outputs = np.asarray(mechanism.output_values_, dtype=np.float64)
-    except (AttributeError, ValueError, TypeError):
-        raise ValueError(
-            f"{name} exposes neither its noise variance nor a numeric transition matrix."
-        ) from None
-    scale = max(float(np.abs(inputs).max()), 1.0)
-    if np.max(np.abs(matrix @ outputs - inputs)) > _UNBIASED_RTOL * scale:
-        raise ValueError(f"{name} is biased (E[y~ | y] != y); no unbiased MSE estimate exists.")
-    h, *_ = np.linalg.lstsq(matrix, inputs**2, rcond=None)
-    if np.max(np.abs(matrix @ h - inputs**2)) > 1e-6 * scale**2:
-        raise ValueError(f"no unbiased estimator of y^2 exists for {name}'s outputs.")
+    return _moment_estimators(mechanism)[1]
 
-    order = np.argsort(outputs, kind="stable")
-    sorted_outputs, sorted_h = outputs[order], h[order]
 
-    def estimate(y_noisy):
-        y_noisy = np.asarray(y_noisy, dtype=np.float64)
-        idx = np.clip(np.searchsorted(sorted_outputs, y_noisy), 0, outputs.size - 1)
-        if np.any(sorted_outputs[idx] != y_noisy):
-            raise ValueError(f"noisy labels are not among {name}'s output values.")
-        return sorted_h[idx]
-
-    return estimate
+def _squared_error_estimates(y_noisy, y_pred, estimators):
+    g, h = estimators
+    return y_pred**2 - 2.0 * y_pred * g(y_noisy) + h(y_noisy)
 
 
 def unbiased_mse(y_noisy, y_pred, mechanism, sample_weight=None):
@@ -127,7 +230,8 @@ def unbiased_mse(y_noisy, y_pred, mechanism, sample_weight=None):
         Labels randomized by ``mechanism``.
     y_pred : array-like of shape (n_samples,)
         Predictions (from a model that did not see ``y_noisy``'s true labels).
-    mechanism : fitted unbiased label mechanism
+    mechanism : fitted label mechanism
+        One for which an unbiased estimate exists (see the module notes).
     sample_weight : array-like, optional
 
     Returns
@@ -138,16 +242,15 @@ def unbiased_mse(y_noisy, y_pred, mechanism, sample_weight=None):
     """
     y_noisy = column_or_1d(y_noisy).astype(np.float64)
     y_pred = column_or_1d(y_pred).astype(np.float64)
-    h = unbiased_square_estimator(mechanism)
-    per_example = y_pred**2 - 2.0 * y_pred * y_noisy + h(y_noisy)
+    per_example = _squared_error_estimates(y_noisy, y_pred, _moment_estimators(mechanism))
     return float(np.average(per_example, weights=sample_weight))
 
 
 def debiased_accuracy(y_noisy, y_pred, mechanism, sample_weight=None):
     """Unbiased estimate of the true-label accuracy from noisy labels.
 
-    Uses G = T^-1 for the mechanism's square transition matrix T (over the
-    same classes in and out): E[G[y~, f] | y] = 1{f = y}.
+    Uses G with T G = I for the mechanism's transition matrix T (of full
+    row rank, e.g. square and invertible): E[G[y~, f] | y] = 1{f = y}.
 
     Parameters
     ----------
@@ -170,32 +273,30 @@ def debiased_accuracy(y_noisy, y_pred, mechanism, sample_weight=None):
     >>> bool(abs(debiased_accuracy(y_noisy, y, rr) - 1.0) < 0.03)  # a perfect predictor
     True
     """
-    check_is_fitted(mechanism)
-    name = type(mechanism).__name__
-    matrix = np.asarray(getattr(mechanism, "transition_matrix_", None), dtype=np.float64)
-    values = mechanism.input_values_
-    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1] or not np.array_equal(
-        values, mechanism.output_values_
-    ):
-        raise ValueError(f"{name} has no square transition matrix over its classes.")
-    if np.linalg.cond(matrix) > 1e12:
-        raise ValueError(f"{name}'s transition matrix is singular: accuracy cannot be debiased.")
-    inverse = np.linalg.inv(matrix)
-    noisy_codes = encode_classes(column_or_1d(y_noisy), values)
-    pred_codes = encode_classes(column_or_1d(y_pred), values)
+    inverse, inputs, outputs = _debiasing_matrix(mechanism)
+    noisy_codes = encode_classes(column_or_1d(y_noisy), outputs)
+    pred_codes = encode_classes(column_or_1d(y_pred), inputs)
     return float(np.average(inverse[noisy_codes, pred_codes], weights=sample_weight))
 
 
 class _NoisyLabelScorer:
-    """Scorer ``(estimator, X, y_noisy)`` built on one of the estimates above."""
+    """Scorer ``(estimator, X, y_noisy)`` built on one of the estimates above.
 
-    def __init__(self, metric, mechanism, sign):
+    ``encoded=True`` scores class codes (positions in the mechanism's
+    values), as LabelDPClassifier's base estimator predicts them."""
+
+    def __init__(self, metric, mechanism, sign, encoded=False):
         self.metric = metric
         self.mechanism = mechanism
         self.sign = sign
+        self.encoded = encoded
 
     def __call__(self, estimator, X, y_noisy, sample_weight=None):
         y_pred = estimator.predict(X)
+        if self.encoded:
+            values = np.asarray(self.mechanism.input_values_)
+            y_noisy = np.asarray(self.mechanism.output_values_)[np.asarray(y_noisy, dtype=np.int64)]
+            y_pred = values[np.asarray(y_pred, dtype=np.int64)]
         return self.sign * self.metric(y_noisy, y_pred, self.mechanism, sample_weight=sample_weight)
 
     def __repr__(self):
@@ -211,8 +312,9 @@ def unbiased_mse_scorer(mechanism):
 
     Parameters
     ----------
-    mechanism : fitted unbiased label mechanism
-        The one that produced the noisy labels.
+    mechanism : fitted label mechanism
+        The one that produced the noisy labels; one for which an unbiased
+        estimate exists (see the module notes), else ``ValueError``.
 
     Returns
     -------
@@ -234,8 +336,7 @@ def unbiased_mse_scorer(mechanism):
     >>> search.best_params_
     {'alpha': 0.1}
     """
-    check_is_fitted(mechanism)
-    unbiased_square_estimator(mechanism)  # fail now if the mechanism is biased
+    _moment_estimators(mechanism)  # fail now if no unbiased estimate exists
     return _NoisyLabelScorer(unbiased_mse, mechanism, -1.0)
 
 
@@ -247,11 +348,23 @@ def debiased_accuracy_scorer(mechanism):
 
     Parameters
     ----------
-    mechanism : fitted classification mechanism with an invertible
-        transition matrix (e.g. RandomizedResponse).
+    mechanism : fitted classification mechanism with a transition matrix
+        of full row rank (e.g. RandomizedResponse), else ``ValueError``.
 
     Returns
     -------
     scorer : callable
     """
+    _debiasing_matrix(mechanism)  # fail now if the transition cannot be inverted
     return _NoisyLabelScorer(debiased_accuracy, mechanism, 1.0)
+
+
+def noisy_label_scorer(mechanism, task, *, encoded=False):
+    """The unbiased scorer for ``mechanism``'s noisy labels (``ValueError``
+    if none exists): negated MSE for ``task='regression'``, accuracy for
+    ``'classification'``."""
+    if task == "regression":
+        return unbiased_mse_scorer(mechanism)
+    scorer = debiased_accuracy_scorer(mechanism)
+    scorer.encoded = encoded
+    return scorer

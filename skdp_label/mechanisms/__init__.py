@@ -20,7 +20,7 @@ from .classic import (
 )
 from .quantization import ERM, MVU, OPTM, RQM, RandomizedQuantization
 from .rp_with_prior import RPWithPrior, RRWithPriorRegression
-from .unbiased import DebiasedRR, OptimalUnbiased
+from .unbiased import BiasVarianceRandomizer, DebiasedRR, OptimalUnbiased
 
 __all__ = [
     "RandomizedResponse",
@@ -34,6 +34,7 @@ __all__ = [
     "ExponentialMechanism",
     "RROnBins",
     "OptimalUnbiased",
+    "BiasVarianceRandomizer",
     "DebiasedRR",
     "RandomizedQuantization",
     "RQM",

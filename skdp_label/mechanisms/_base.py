@@ -21,16 +21,21 @@ Privacy bookkeeping, done here once for all mechanisms:
   before anything is randomized.
 """
 
+from __future__ import annotations
+
 from abc import ABCMeta, abstractmethod
 from numbers import Real
+from typing import Any, Self
 
 import numpy as np
 import scipy.sparse as sp
+from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._accountant import BudgetAccountant
+from .._report import PrivacyReport
 from ..utils._random import (
     check_random_state,
     public_fingerprint,
@@ -52,9 +57,9 @@ OUT_OF_BOUNDS_DOC = """    out_of_bounds : {{'raise', 'clip'}}, default='raise'
 """
 
 # Parameters a fitted mechanism may change without refitting: the source of
-# future noise. Everything else (epsilon, bounds, classes, prior, delta, the
-# accountant, ...) is bound to what fit computed.
-_UNBOUND_PARAMS = frozenset({"random_state", "out_of_bounds"})
+# future noise, and how much it prints. Everything else (epsilon, bounds,
+# classes, prior, delta, the accountant, ...) is bound to what fit computed.
+_UNBOUND_PARAMS = frozenset({"random_state", "out_of_bounds", "verbose"})
 
 
 def _canonical(value):
@@ -291,7 +296,7 @@ class BaseLabelMechanism(
 
     # -- scikit-learn API ---------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, y, X=None):
+    def fit(self, y: ArrayLike, X: Any = None) -> Self:
         """Prepare the mechanism for labels ``y``.
 
         Parameters
@@ -322,7 +327,7 @@ class BaseLabelMechanism(
         self._fit_signature = self._public_signature()
         return self
 
-    def transform(self, y):
+    def transform(self, y: ArrayLike) -> np.ndarray:
         """Randomize labels: a new release, charged to the budget.
 
         Parameters
@@ -350,16 +355,16 @@ class BaseLabelMechanism(
         out = np.column_stack(columns) if n_columns > 1 else columns[0].reshape(-1, 1)
         return out.ravel() if one_d else out
 
-    def fit_transform(self, y, X=None):
+    def fit_transform(self, y: ArrayLike, X: Any = None) -> np.ndarray:
         """Fit on ``y`` and randomize it: one release costing ``epsilon``."""
         return self.fit(y, X).transform(y)
 
-    def inverse_transform(self, y):
+    def inverse_transform(self, y: ArrayLike) -> np.ndarray:
         """Identity: randomized labels are used on the label scale as they are."""
         check_is_fitted(self)
         return np.asarray(y)
 
-    def privacy_report(self):
+    def privacy_report(self) -> PrivacyReport:
         """What this fitted mechanism charged, its public parameters and noise level.
 
         Returns

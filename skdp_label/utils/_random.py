@@ -17,10 +17,13 @@ The randomness model (docs/randomness.md):
 This module also holds the power-of-two grid of continuous noise.
 """
 
+from __future__ import annotations
+
 import hashlib
 import math
 import warnings
 from numbers import Integral
+from typing import Any
 
 import joblib
 import numpy as np
@@ -56,7 +59,7 @@ _STREAM_TYPES = (
 )
 
 
-def random_state_constraint():
+def random_state_constraint() -> list[Any]:
     """``_parameter_constraints`` entry of ``random_state``.
 
     Stream types are admitted by the constraint only so that
@@ -67,7 +70,7 @@ def random_state_constraint():
     return [Interval(Integral, 0, None, closed="left"), None, *_STREAM_TYPES]
 
 
-def check_random_state(random_state, owner="random_state"):
+def check_random_state(random_state: int | None, owner: str = "random_state") -> int | None:
     """Validate a ``random_state`` parameter: ``None`` or a non-negative int.
 
     Generators, ``RandomState`` and ``SeedSequence`` objects are refused: the
@@ -90,7 +93,7 @@ def check_random_state(random_state, owner="random_state"):
     )
 
 
-def public_fingerprint(*parts):
+def public_fingerprint(*parts: Any) -> tuple[int, ...]:
     """A tuple of 32-bit words identifying public context (never labels).
 
     Used to separate the noise streams of releases made with one integer
@@ -111,7 +114,9 @@ def _warn_fixed_seed(owner):
     )
 
 
-def release_generator(random_state, context=(), owner="A mechanism"):
+def release_generator(
+    random_state: int | None, context: tuple = (), owner: str = "A mechanism"
+) -> np.random.Generator:
     """The numpy Generator for one release. Callers must not store it.
 
     ``None`` draws fresh OS entropy (``SeedSequence()`` reads 128 bits from
@@ -129,7 +134,7 @@ def release_generator(random_state, context=(), owner="A mechanism"):
     )
 
 
-def derive_random_state(random_state, context=()):
+def derive_random_state(random_state: int | None, context: tuple = ()) -> int | None:
     """``random_state`` for a sub-step: ``None`` stays ``None`` (fresh entropy
     at the sub-step's own release time), an int becomes a new int derived from
     it and the public ``context``, so that different sub-steps never share a
@@ -155,7 +160,7 @@ _MIN_EXPONENT = -1022
 _MAX_EXPONENT = 1022
 
 
-def power_of_two_grid(noise_scale, label_magnitude):
+def power_of_two_grid(noise_scale: float, label_magnitude: float) -> float:
     """Granularity (a power of two) of the grid continuous noise lives on.
 
     Continuous mechanisms round the label to this grid and add *integer*

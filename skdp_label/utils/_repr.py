@@ -1,15 +1,18 @@
-"""``repr`` that always shows the privacy parameters.
+"""``repr`` that always shows the privacy parameters, and public numbers
+in messages.
 
 scikit-learn's ``repr`` shows only parameters that differ from their
 defaults, so ``LabelDPRegressor(Ridge(), mechanism='unbiased', epsilon=1.0)``
 would print neither: logs and printed pipelines would hide the epsilon used.
 """
 
-import inspect
+from __future__ import annotations
+
+import functools
 from numbers import Integral, Real
+from typing import Any
 
 import numpy as np
-from sklearn import get_config
 
 __all__ = ["PrivacyReprMixin", "format_number", "public_repr"]
 
@@ -17,7 +20,7 @@ __all__ = ["PrivacyReprMixin", "format_number", "public_repr"]
 _MAX_ITEMS_SHOWN = 8
 
 
-def format_number(x):
+def format_number(x: Any) -> str:
     """A number as a user writes it: ``75``, ``0.5``, never ``np.float64(75.0)``."""
     if isinstance(x, (bool, np.bool_)):
         return str(bool(x))
@@ -30,7 +33,7 @@ def format_number(x):
     return repr(x)
 
 
-def public_repr(value):
+def public_repr(value: Any) -> str:
     """``repr`` of a *public* parameter value for messages, without numpy reprs.
 
     Numpy scalars print as Python numbers, arrays and sequences as lists
@@ -54,35 +57,41 @@ def public_repr(value):
 class PrivacyReprMixin:
     """Mixin: ``repr`` always names the parameters in ``_repr_always``.
 
-    The parameters scikit-learn hides (default values) are inserted first.
-    Overriding ``__repr__`` also takes the class out of scikit-learn's pretty
-    printer dispatch, so nested estimators (in a Pipeline, a GridSearchCV)
-    are printed through this method too.
+    scikit-learn's printer lists the parameters that differ from their
+    defaults (``_changed_params``), for the printed object and for every
+    object nested in it (a Pipeline step, a GridSearchCV's estimator, a
+    ``TransformedTargetRegressor``'s transformer). :func:`_install_repr_hook`
+    makes that one function add ``_repr_always`` for objects that declare
+    it, so epsilon and the mechanism are printed at every nesting level.
     """
 
     _repr_always = ("epsilon",)
 
-    def __repr__(self, N_CHAR_MAX=700):
-        text = super().__repr__(N_CHAR_MAX=N_CHAR_MAX)
-        if not get_config()["print_changed_only"]:
-            return text  # every parameter is shown already
-        head = f"{type(self).__name__}("
-        if not text.startswith(head):
-            return text
-        params = self.get_params(deep=False)
-        defaults = {
-            name: p.default for name, p in inspect.signature(type(self).__init__).parameters.items()
-        }
-        # Hidden by scikit-learn exactly when the value prints like its default.
-        hidden = [
-            name
-            for name in self._repr_always
-            if name in params
-            and defaults.get(name, inspect.Parameter.empty) is not inspect.Parameter.empty
-            and repr(params[name]) == repr(defaults[name])
-        ]
-        if not hidden:
-            return text
-        shown = ", ".join(f"{name}={params[name]!r}" for name in hidden)
-        rest = text[len(head) :]
-        return head + shown + ("" if rest.startswith(")") else ", ") + rest
+
+def _install_repr_hook():
+    """Wrap scikit-learn's ``_changed_params`` once: objects with a
+    ``_repr_always`` attribute always list those parameters; every other
+    estimator prints exactly as before."""
+    try:
+        from sklearn.utils import _pprint
+
+        changed_params = _pprint._changed_params
+    except (ImportError, AttributeError):  # a private hook: tests/test_repr.py notices if it moves
+        return
+    if getattr(changed_params, "_shows_repr_always", False):
+        return
+
+    @functools.wraps(changed_params)
+    def with_privacy_params(estimator):
+        params = changed_params(estimator)
+        always = getattr(type(estimator), "_repr_always", ())
+        if always:
+            current = estimator.get_params(deep=False)
+            params.update({name: current[name] for name in always if name in current})
+        return params
+
+    with_privacy_params._shows_repr_always = True
+    _pprint._changed_params = with_privacy_params
+
+
+_install_repr_hook()

@@ -16,12 +16,16 @@ the bounds, a post-processing step; ``clip=False`` keeps the noise unbiased
 (the additive unbiased baselines of 001).
 """
 
+from __future__ import annotations
+
 import math
 from numbers import Integral, Real
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ..._accountant import BudgetAccountant
 from ..._kernels._sampling import (
     discrete_gaussian,
     max_staircase_magnitude,
@@ -224,20 +228,20 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
 
     # Exact distribution of the clipped integer mechanisms.
     @property
-    def input_values_(self):
+    def input_values_(self) -> np.ndarray:
         if not self._integer:
             raise AttributeError("continuous labels have no finite input set.")
         lo, hi = self._bounds()
         return np.arange(lo, hi + 1)
 
     @property
-    def output_values_(self):
+    def output_values_(self) -> np.ndarray:
         if not self.clip:
             raise AttributeError("unclipped outputs are unbounded: no finite output set.")
         return self.input_values_
 
     @property
-    def transition_matrix_(self):
+    def transition_matrix_(self) -> np.ndarray:
         values = self.output_values_
         if values.size > 5000:
             raise ValueError(f"a transition matrix of {values.size}^2 entries is too large to build.")
@@ -249,7 +253,7 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
         matrix[:, -1] = staircase_tail(ints[-1] - ints, lam, width, r)
         return matrix
 
-    def noise_pmf(self, z):
+    def noise_pmf(self, z: ArrayLike) -> np.ndarray:
         """P(noise = z) in grid units (after ``fit``)."""
         return staircase_pmf(z, *self._staircase(self.sensitivity_units_))
 
@@ -291,9 +295,10 @@ class Laplace(_LaplaceFamily):
     )
 
     def __init__(
-        self, epsilon=1.0, *, bounds=None, clip=True, out_of_bounds="raise",
-        accountant=None, random_state=None,
-    ):
+        self, epsilon: float = 1.0, *, bounds: tuple[float, float] | None = None,
+        clip: bool = True, out_of_bounds: str = "raise",
+        accountant: BudgetAccountant | None = None, random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.bounds = bounds
         self.clip = clip
@@ -323,9 +328,10 @@ class DiscreteLaplace(_LaplaceFamily):
     _max_epsilon = 30.0  # discrete noise (BaseLabelMechanism's default of 20 is for continuous)
 
     def __init__(
-        self, epsilon=1.0, *, bounds=None, clip=True, out_of_bounds="raise",
-        accountant=None, random_state=None,
-    ):
+        self, epsilon: float = 1.0, *, bounds: tuple[float, float] | None = None,
+        clip: bool = True, out_of_bounds: str = "raise",
+        accountant: BudgetAccountant | None = None, random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.bounds = bounds
         self.clip = clip
@@ -374,9 +380,11 @@ class Staircase(BaseStaircaseFamily):
     }
 
     def __init__(
-        self, epsilon=1.0, *, bounds=None, clip=True, out_of_bounds="raise", loss="squared",
-        gamma=None, accountant=None, random_state=None,
-    ):
+        self, epsilon: float = 1.0, *, bounds: tuple[float, float] | None = None,
+        clip: bool = True, out_of_bounds: str = "raise", loss: str = "squared",
+        gamma: float | None = None, accountant: BudgetAccountant | None = None,
+        random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.bounds = bounds
         self.clip = clip
@@ -433,9 +441,11 @@ class DiscreteStaircase(BaseStaircaseFamily):
     }
 
     def __init__(
-        self, epsilon=1.0, *, bounds=None, clip=True, out_of_bounds="raise", loss="squared", r=None,
-        accountant=None, random_state=None,
-    ):
+        self, epsilon: float = 1.0, *, bounds: tuple[float, float] | None = None,
+        clip: bool = True, out_of_bounds: str = "raise", loss: str = "squared",
+        r: int | None = None, accountant: BudgetAccountant | None = None,
+        random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.bounds = bounds
         self.clip = clip
@@ -496,9 +506,10 @@ class Gaussian(BaseAdditiveMechanism):
     }
 
     def __init__(
-        self, epsilon=1.0, *, delta=1e-5, bounds=None, clip=True, out_of_bounds="raise",
-        accountant=None, random_state=None,
-    ):
+        self, epsilon: float = 1.0, *, delta: float = 1e-5,
+        bounds: tuple[float, float] | None = None, clip: bool = True, out_of_bounds: str = "raise",
+        accountant: BudgetAccountant | None = None, random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.delta = delta
         self.bounds = bounds

@@ -1,9 +1,13 @@
 """k-ary randomized response (Warner 1965; 000 Def. 27)."""
 
+from __future__ import annotations
+
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 
+from ..._accountant import BudgetAccountant
 from ..._kernels._sampling import (
     count_outside,
     randomized_response_contiguous,
@@ -74,7 +78,10 @@ class RandomizedResponse(BaseDiscreteMechanism):
     }
     _label_dtype = None
 
-    def __init__(self, epsilon=1.0, *, classes=None, accountant=None, random_state=None):
+    def __init__(
+        self, epsilon: float = 1.0, *, classes: ArrayLike | None = None,
+        accountant: BudgetAccountant | None = None, random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.classes = classes
 

@@ -1,12 +1,16 @@
 """RR-Top-k and RRWithPrior (Ghazi et al. 2021, paper 004, Lemma 1)."""
 
+from __future__ import annotations
+
 import math
 from numbers import Integral
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
+from ..._accountant import BudgetAccountant
 from ..._kernels._top_k import rr_top_k_indices
 from .._base import BaseDiscreteMechanism
 from .._registry import register_mechanism
@@ -103,7 +107,7 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
         self.top_k_ = classes[np.sort(order[:k])]
         self.transition_matrix_ = rr_top_k_matrix(in_top, float(self.epsilon))
 
-    def choose_k(self, priors):
+    def choose_k(self, priors: ArrayLike) -> np.ndarray:
         """Size of the top-k set for each prior (public computation, free).
 
         Parameters
@@ -117,7 +121,7 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
         check_is_fitted(self)
         return self._choose_k(self._check_priors(priors, None))
 
-    def randomize(self, y, priors):
+    def randomize(self, y: ArrayLike, priors: ArrayLike) -> np.ndarray:
         """Randomize each label with RR-Top-k for its own prior: one release.
 
         Fits the mechanism first if needed. Costs ``epsilon`` per label,
@@ -197,8 +201,10 @@ class RRTopK(_BaseTopKMechanism):
     }
 
     def __init__(
-        self, epsilon=1.0, *, classes=None, k=None, prior=None, accountant=None, random_state=None
-    ):
+        self, epsilon: float = 1.0, *, classes: ArrayLike | None = None, k: int | None = None,
+        prior: ArrayLike | None = None, accountant: BudgetAccountant | None = None,
+        random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.classes = classes
         self.k = k
@@ -238,7 +244,11 @@ class RRWithPrior(_BaseTopKMechanism):
     """
     )
 
-    def __init__(self, epsilon=1.0, *, classes=None, prior=None, accountant=None, random_state=None):
+    def __init__(
+        self, epsilon: float = 1.0, *, classes: ArrayLike | None = None,
+        prior: ArrayLike | None = None, accountant: BudgetAccountant | None = None,
+        random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.classes = classes
         self.prior = prior

@@ -1,14 +1,19 @@
 """Randomized quantization mechanisms (paper 002) as label transformers."""
 
+from __future__ import annotations
+
 import functools
 import math
 from numbers import Integral, Real
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ..._accountant import BudgetAccountant
 from ..._kernels._philox import uniforms
 from ..._kernels._sampling import categorical_codes, categorical_tables
+from ...utils._progress import VERBOSE_CONSTRAINT, VERBOSE_DOC, Progress, format_epsilon
 from .._base import OUT_OF_BOUNDS_CONSTRAINT, BaseDiscreteMechanism
 from .._registry import register_mechanism
 from .._validation import check_bounds, check_labels_in_bounds
@@ -117,7 +122,7 @@ class _QuantizationBase(BaseDiscreteMechanism):
         self.input_values_ = grid
         self.transition_matrix_ = distribution_at(pieces, rows, grid)
 
-    def output_distribution(self, x):
+    def output_distribution(self, x: ArrayLike) -> np.ndarray:
         """Exact output distribution of labels ``x`` (in the bounds).
 
         Parameters
@@ -260,9 +265,12 @@ class RandomizedQuantization(_BinsMixin, _QuantizationBase):
     }
 
     def __init__(
-        self, epsilon=1.0, *, bounds=None, bins=None, selection=None, prior=None,
-        objective="squared", out_of_bounds="raise", accountant=None, random_state=None,
-    ):
+        self, epsilon: float = 1.0, *, bounds: tuple[float, float] | None = None,
+        bins: int | ArrayLike | None = None, selection: tuple | list | None = None,
+        prior: tuple[ArrayLike, ArrayLike] | None = None, objective: str = "squared",
+        out_of_bounds: str = "raise", accountant: BudgetAccountant | None = None,
+        random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.out_of_bounds = out_of_bounds
         self.bounds = bounds
@@ -533,9 +541,12 @@ class RQM(_FamilyBase):
     }
 
     def __init__(
-        self, epsilon=1.0, *, bounds=None, bins=4, margin="auto", q="auto", prior=None,
-        objective="squared", out_of_bounds="raise", accountant=None, random_state=None,
-    ):
+        self, epsilon: float = 1.0, *, bounds: tuple[float, float] | None = None,
+        bins: int | ArrayLike | None = 4, margin: float | str = "auto", q: float | str = "auto",
+        prior: tuple[ArrayLike, ArrayLike] | None = None, objective: str = "squared",
+        out_of_bounds: str = "raise", accountant: BudgetAccountant | None = None,
+        random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.out_of_bounds = out_of_bounds
         self.bounds = bounds
@@ -546,7 +557,7 @@ class RQM(_FamilyBase):
         self.objective = objective
 
     @staticmethod
-    def paper_bound(bins, bounds, q):
+    def paper_bound(bins: ArrayLike, bounds: tuple[float, float], q: float) -> float:
         """Youn et al.'s bound on RQM's loss as quoted by 002 (symmetric bounds).
 
         ``log(2 (1 - q)^2 (c + Delta) / Delta) + m log(1 / (1 - q))`` with
@@ -613,9 +624,12 @@ class ERM(_FamilyBase):
     }
 
     def __init__(
-        self, epsilon=1.0, *, bounds=None, bins=4, margin="auto", gamma="auto", prior=None,
-        objective="squared", out_of_bounds="raise", accountant=None, random_state=None,
-    ):
+        self, epsilon: float = 1.0, *, bounds: tuple[float, float] | None = None,
+        bins: int | ArrayLike | None = 4, margin: float | str = "auto",
+        gamma: float | str = "auto", prior: tuple[ArrayLike, ArrayLike] | None = None,
+        objective: str = "squared", out_of_bounds: str = "raise",
+        accountant: BudgetAccountant | None = None, random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.out_of_bounds = out_of_bounds
         self.bounds = bounds
@@ -626,7 +640,7 @@ class ERM(_FamilyBase):
         self.objective = objective
 
     @staticmethod
-    def paper_bound(bins, bounds, gamma):
+    def paper_bound(bins: ArrayLike, bounds: tuple[float, float], gamma: float) -> float:
         """002 Thm. 1: ``gamma + log(2 m (c + Delta) / c)`` (symmetric bounds)."""
         lo, hi = bounds
         c = (hi - lo) / 2.0
@@ -697,6 +711,7 @@ class OPTM(_BinsMixin, _QuantizationBase):
         (increasing, the outer two strictly beyond the bounds; up to 64).
 """
         + _COMMON_DOC
+        + VERBOSE_DOC
         + """
     Attributes
     ----------
@@ -724,14 +739,19 @@ class OPTM(_BinsMixin, _QuantizationBase):
         # Placing more than 16 bins would take ~100 LPs of up to 43,000
         # variables: give the positions for m up to 64.
         "bins": [Interval(Integral, 2, 16, closed="both"), "array-like"],
+        "verbose": VERBOSE_CONSTRAINT,
     }
 
     def __init__(
-        self, epsilon=1.0, *, bounds=None, bins=4, prior=None, objective="squared",
-        out_of_bounds="raise", accountant=None, random_state=None,
-    ):
+        self, epsilon: float = 1.0, *, bounds: tuple[float, float] | None = None,
+        bins: int | ArrayLike | None = 4, prior: tuple[ArrayLike, ArrayLike] | None = None,
+        objective: str = "squared", out_of_bounds: str = "raise",
+        accountant: BudgetAccountant | None = None, random_state: int | None = None,
+        verbose: int = 0,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.out_of_bounds = out_of_bounds
+        self.verbose = verbose
         self.bounds = bounds
         self.bins = bins
         self.prior = prior
@@ -744,14 +764,23 @@ class OPTM(_BinsMixin, _QuantizationBase):
                 raise ValueError("OPTM supports at most 64 bins.")
 
     def _build(self, lo, hi, prior, epsilon):
+        progress = Progress(self.verbose, type(self).__name__)
         if isinstance(self.bins, Integral):
-            # A copy: the cached array is shared by every mechanism with these inputs.
-            bins = _optm_bins(
-                int(self.bins), lo, hi, epsilon, _prior_key(prior), self.objective
-            ).copy()
+            hits = _optm_bins.cache_info().hits
+            what = f"placed {int(self.bins)} bins for epsilon {format_epsilon(epsilon)}"
+            with progress.timed(what) as facts:
+                # A copy: the cached array is shared by every mechanism with these inputs.
+                bins = _optm_bins(
+                    int(self.bins), lo, hi, epsilon, _prior_key(prior), self.objective
+                ).copy()
+                cached = _optm_bins.cache_info().hits > hits
+                facts["from"] = "the cache" if cached else "a local search over LPs"
         else:
             bins = np.asarray(self.bins, dtype=np.float64)
-        res = solve_optm(bins, lo, hi, epsilon, prior, self.objective)
+        with progress.timed(f"solved the LP on {bins.size} bins") as facts:
+            res = solve_optm(bins, lo, hi, epsilon, prior, self.objective)
+            if res is not None:
+                facts["repair weight"] = f"{res[4]:.1e}"
         if res is None:
             raise ValueError(
                 f"OPTM: no mechanism on these bins is epsilon = {epsilon:g}-DP; move the outer "
@@ -814,9 +843,12 @@ class MVU(_QuantizationBase):
     }
 
     def __init__(
-        self, epsilon=1.0, *, bounds=None, outputs=4, grid_size=16, prior=None,
-        objective="squared", out_of_bounds="raise", accountant=None, random_state=None,
-    ):
+        self, epsilon: float = 1.0, *, bounds: tuple[float, float] | None = None,
+        outputs: int | ArrayLike = 4, grid_size: int = 16,
+        prior: tuple[ArrayLike, ArrayLike] | None = None, objective: str = "squared",
+        out_of_bounds: str = "raise", accountant: BudgetAccountant | None = None,
+        random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.out_of_bounds = out_of_bounds
         self.bounds = bounds

@@ -1,11 +1,15 @@
 """RPWithPrior (paper 003) and RRWithPrior on a regression domain (000 App. G)."""
 
+from __future__ import annotations
+
 import math
 from numbers import Integral, Real
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ..._accountant import BudgetAccountant
 from ...utils._repr import public_repr
 from .._prior import BasePriorMechanism
 from .._registry import register_mechanism
@@ -163,22 +167,13 @@ class RPWithPrior(BasePriorMechanism):
     }
 
     def __init__(
-        self,
-        epsilon=1.0,
-        *,
-        zeta="auto",
-        loss="squared",
-        prior=None,
-        domain=None,
-        bounds=None,
-        resolution=None,
-        n_bins=None,
-        prior_epsilon="auto",
-        granularity="auto",
-        out_of_bounds="raise",
-        accountant=None,
-        random_state=None,
-    ):
+        self, epsilon: float = 1.0, *, zeta: float | str = "auto", loss: str = "squared",
+        prior: tuple[ArrayLike, ArrayLike] | None = None, domain: ArrayLike | None = None,
+        bounds: tuple[float, float] | None = None, resolution: float | None = None,
+        n_bins: int | None = None, prior_epsilon: float | str = "auto",
+        granularity: float | str = "auto", out_of_bounds: str = "raise",
+        accountant: BudgetAccountant | None = None, random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.out_of_bounds = out_of_bounds
         self.zeta = zeta
@@ -273,15 +268,15 @@ class RPWithPrior(BasePriorMechanism):
         return np.arange(lo_unit, hi_unit + 1, dtype=np.float64) * self.granularity_
 
     @property
-    def input_values_(self):
+    def input_values_(self) -> np.ndarray:
         return self._grid_values(self._u1, self._u2)
 
     @property
-    def output_values_(self):
+    def output_values_(self) -> np.ndarray:
         return self._grid_values(self._u1 - self._w, self._u2 + self._w)
 
     @property
-    def transition_matrix_(self):
+    def transition_matrix_(self) -> np.ndarray:
         n_in = self._u2 - self._u1 + 1
         n_out = n_in + 2 * self._w
         if n_in * n_out > _MAX_MATRIX_ENTRIES:
@@ -380,18 +375,12 @@ class RRWithPriorRegression(BasePriorMechanism):
     """
 
     def __init__(
-        self,
-        epsilon=1.0,
-        *,
-        prior=None,
-        domain=None,
-        bounds=None,
-        resolution=None,
-        prior_epsilon="auto",
-        out_of_bounds="raise",
-        accountant=None,
-        random_state=None,
-    ):
+        self, epsilon: float = 1.0, *, prior: tuple[ArrayLike, ArrayLike] | None = None,
+        domain: ArrayLike | None = None, bounds: tuple[float, float] | None = None,
+        resolution: float | None = None, prior_epsilon: float | str = "auto",
+        out_of_bounds: str = "raise", accountant: BudgetAccountant | None = None,
+        random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.out_of_bounds = out_of_bounds
         self.prior = prior

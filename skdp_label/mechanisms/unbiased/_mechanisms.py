@@ -10,6 +10,7 @@ from threadpoolctl import threadpool_limits
 
 from ..._kernels._philox import uniforms
 from ..._kernels._sampling import rounding_grid, rr_constants, rr_flip_probability, sample_rows
+from ...utils._progress import VERBOSE_CONSTRAINT, VERBOSE_DOC, Progress, format_epsilon
 from .._base import OUT_OF_BOUNDS_CONSTRAINT, OUT_OF_BOUNDS_DOC, BaseDiscreteMechanism
 from .._prior import BasePriorMechanism, resolve_domain
 from .._registry import register_mechanism
@@ -60,6 +61,12 @@ class _UnbiasedRoundingMixin:
         lo, hi = check_bounds(self.bounds, owner=f"{type(self).__name__} with grid_size")
         n = auto_grid_size(float(self.epsilon)) if self.grid_size == "auto" else int(self.grid_size)
         return np.linspace(lo, hi, n)
+
+    def _domain(self):
+        # A public prior's values are the grid; else the declared grid.
+        if getattr(self, "prior", None) is not None:
+            return super()._domain()
+        return self._grid(), None
 
     def _label_range(self):
         # Randomized rounding is unbiased only inside the grid (or a public
@@ -139,7 +146,7 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
         ``None``: fresh OS entropy for every release, nothing kept. An int
         makes releases reproducible and emits ``PrivacyLeakWarning``
         (docs/randomness.md). Generators are refused.
-
+""" + VERBOSE_DOC + """
     Attributes
     ----------
     input_values_ : ndarray of shape (k,)
@@ -177,6 +184,7 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
         **BasePriorMechanism._parameter_constraints,
         "grid_size": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"}), None],
         "outputs": [StrOptions({"continuous"}), Interval(Integral, 2, None, closed="left")],
+        "verbose": VERBOSE_CONSTRAINT,
     }
 
     def __init__(
@@ -193,9 +201,11 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
         out_of_bounds="raise",
         accountant=None,
         random_state=None,
+        verbose=0,
     ):
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.out_of_bounds = out_of_bounds
+        self.verbose = verbose
         self.prior = prior
         self.domain = domain
         self.bounds = bounds
@@ -203,11 +213,6 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
         self.grid_size = grid_size
         self.outputs = outputs
         self.prior_epsilon = prior_epsilon
-
-    def _domain(self):
-        if self.prior is not None:
-            return super()._domain()
-        return self._grid(), None
 
     def _debiased_rr_fallback(self, values, epsilon, exc):
         """Last resort, exact by construction: debiased randomized response.
@@ -224,10 +229,17 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
         return debiased_rr_outputs(values, epsilon), randomized_response_matrix(values.size, epsilon)
 
     def _build_mechanism(self, values, probs, epsilon):
+        progress = Progress(self.verbose, type(self).__name__)
+        progress(
+            f"prior: {'public' if self.prior_epsilon_ == 0 else 'noisy histogram'}, epsilon "
+            f"{format_epsilon(self.prior_epsilon_)}; randomizer epsilon {format_epsilon(epsilon)} "
+            f"on {values.size} grid points"
+        )
         # Small dense problems: BLAS threads only add overhead.
-        with threadpool_limits(limits=1, user_api="blas"):
+        with threadpool_limits(limits=1, user_api="blas"), progress.timed("solved") as facts:
             lower = float("nan")
             if self.outputs == "continuous":
+                facts["with"] = "the continuous solver"
                 try:
                     outputs, matrix, lower = optimal_unbiased_continuous(values, probs, epsilon)
                     check_exact_mechanism(values, outputs, matrix, epsilon)
@@ -239,24 +251,33 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
                         f"continuous solver failed ({exc}); using 001's LP on a "
                         f"{n_grid}-point grid instead.", RuntimeWarning, stacklevel=3,
                     )
+                    facts["with"] = f"the fallback LP on {n_grid} output points"
                     try:
                         grid = feasible_output_set(values, epsilon, n_grid)
                         outputs, matrix = optimal_unbiased_grid(values, probs, epsilon, grid)
                         check_exact_mechanism(values, outputs, matrix, epsilon)
                     except RuntimeError as grid_exc:
+                        facts["with"] = "the fallback debiased randomized response"
                         outputs, matrix = self._debiased_rr_fallback(values, epsilon, grid_exc)
             else:
+                facts["with"] = f"the LP on {self.outputs} output points"
                 grid = feasible_output_set(values, epsilon, self.outputs)
                 try:
                     outputs, matrix = optimal_unbiased_grid(values, probs, epsilon, grid)
                     check_exact_mechanism(values, outputs, matrix, epsilon)
                 except RuntimeError as exc:
+                    facts["with"] = "the fallback debiased randomized response"
                     outputs, matrix = self._debiased_rr_fallback(values, epsilon, exc)
+            facts["outputs"] = outputs.size
         check_exact_mechanism(values, outputs, matrix, epsilon)
         self.output_values_ = outputs
         self.transition_matrix_ = matrix
         self.noisy_label_loss_ = mechanism_loss(values, probs, outputs, matrix)
         self.lower_bound_ = lower
+        if lower > 0:
+            # Relative gap of the certificate: a fact about the (public or
+            # charged noisy) prior's solution, not about the labels.
+            progress(f"certified within {(self.noisy_label_loss_ - lower) / lower:.1e} of optimal")
 
 
 @register_mechanism("debiased-rr", task="regression")

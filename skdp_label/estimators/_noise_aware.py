@@ -1,0 +1,285 @@
+"""Noise-aware learning from RR-Top-k labels (004, App. F and G): pure functions.
+
+Every classification mechanism of the library is RR-Top-k on a set S of k
+classes (k = K for randomized response): a label in S is kept with
+probability e^eps / (e^eps + k - 1) and otherwise moved to another member of
+S; a label outside S goes to a uniform member of S. On S its transition
+matrix is T_S = p ((e^eps - 1) I + 1 1^T) with p = 1 / (e^eps + k - 1), whose
+inverse is
+
+    G_S = (I - p 1 1^T) / (1 - k p),      1 - k p = (e^eps - 1) / (e^eps + k - 1).
+
+Three uses of G, all post-processing of the noisy labels (free):
+
+* **Debiased targets** (004 eq. (7) and (17)): the row G[y~] of the noisy
+  label y~ satisfies E[G[y~] | y] = e_y for y in S. For any loss that is
+  linear in the one-hot label (cross-entropy, squared loss), the loss and its
+  gradient with G[y~] in place of e_y are unbiased; rows sum to 1, so for
+  softmax cross-entropy the gradient in the logits is softmax(z) - G[y~] and
+  the Hessian does not depend on the label.
+* **Backward correction of probabilities**: a model of P(y~ | x) equals
+  T^T P(y | x); on S, P(y | x) = G_S^T P(y~ | x), then projected onto the
+  probability simplex.
+* **Debiased class frequencies**: the mean of G[y~_i] estimates the class
+  frequencies without bias.
+"""
+
+import math
+
+import numpy as np
+
+__all__ = [
+    "debiasing_scale",
+    "debiased_targets",
+    "backward_correct",
+    "project_simplex",
+    "debiased_frequencies",
+    "effective_sample_size",
+    "shrinkage_weight",
+    "inverse_transition",
+    "noise_inverse",
+    "softmax",
+    "class_prior_epsilon",
+    "classification_plan",
+]
+
+
+def debiasing_scale(k, epsilon):
+    """(p, 1 - k p) of RR-Top-k: p = 1 / (e^eps + k - 1), in overflow-safe form."""
+    k = np.asarray(k, dtype=np.float64)
+    e = math.exp(-epsilon)
+    p = e / (1.0 + (k - 1.0) * e)
+    return p, -math.expm1(-epsilon) / (1.0 + (k - 1.0) * e)
+
+
+def _masks(in_top, n_rows, n_classes):
+    in_top = np.asarray(in_top, dtype=bool)
+    if in_top.ndim == 1:
+        in_top = np.broadcast_to(in_top, (n_rows, n_classes))
+    if in_top.shape != (n_rows, n_classes):
+        raise ValueError(f"in_top must have shape ({n_rows}, {n_classes}), got {in_top.shape}.")
+    return in_top
+
+
+def debiased_targets(noisy_codes, in_top, epsilon, n_classes):
+    """Rows G[y~_i] of the inverse transition: unbiased one-hot targets.
+
+    Parameters
+    ----------
+    noisy_codes : ndarray of int, shape (n_samples,)
+        Noisy class codes (each in its row's top-k set).
+    in_top : ndarray of bool, shape (n_classes,) or (n_samples, n_classes)
+        The top-k set each label was randomized on (one for all rows, or one
+        per row).
+    epsilon : float
+        The epsilon the labels were randomized with.
+    n_classes : int
+
+    Returns
+    -------
+    targets : ndarray of shape (n_samples, n_classes)
+        Rows sum to 1; entries are negative off the noisy class. For a true
+        label y in the row's set, E[targets_i | y] = e_y.
+    """
+    codes = np.asarray(noisy_codes, dtype=np.int64)
+    masks = _masks(in_top, codes.shape[0], n_classes)
+    p, scale = debiasing_scale(masks.sum(axis=1), epsilon)
+    targets = -(p / scale)[:, None] * masks
+    targets[np.arange(codes.shape[0]), codes] += 1.0 / scale
+    return targets
+
+
+def project_simplex(values):
+    """Euclidean projection of each row onto the probability simplex.
+
+    The sort-based algorithm (Held et al. 1974; Duchi et al. 2008): the
+    result is max(v - tau, 0) with tau chosen so that the row sums to 1. It
+    keeps the order of the entries, so it never changes an argmax.
+    """
+    v = np.atleast_2d(np.asarray(values, dtype=np.float64))
+    u = -np.sort(-v, axis=1)
+    cumulative = np.cumsum(u, axis=1) - 1.0
+    ranks = np.arange(1, v.shape[1] + 1)
+    support = u - cumulative / ranks > 0
+    rho = v.shape[1] - np.argmax(support[:, ::-1], axis=1)  # last index where true
+    tau = cumulative[np.arange(v.shape[0]), rho - 1] / rho
+    return np.maximum(v - tau[:, None], 0.0)
+
+
+def backward_correct(noisy_proba, in_top, epsilon):
+    """P(y | x) from a model of P(y~ | x) through the known RR-Top-k noise.
+
+    On the set S (per row or global), P(y~ | x)_S = T_S^T P(y | x)_S when the
+    true class lies in S, so P(y | x)_S = G_S^T P(y~ | x)_S, i.e.
+    (q_S - p q(S)) / (1 - k p). Classes outside S get 0: the noise carries no
+    information about them (they are never output), and the prior that chose
+    S ranked them below the members of S. The model's mass outside S (if any)
+    is dropped and q_S renormalised first; the result is projected onto the
+    simplex (Euclidean), which keeps the order of the classes in S.
+
+    Parameters
+    ----------
+    noisy_proba : ndarray of shape (n_samples, n_classes)
+        A model's probabilities of the noisy labels.
+    in_top : ndarray of bool, shape (n_classes,) or (n_samples, n_classes)
+    epsilon : float
+
+    Returns
+    -------
+    proba : ndarray of shape (n_samples, n_classes)
+    """
+    q = np.asarray(noisy_proba, dtype=np.float64)
+    masks = _masks(in_top, q.shape[0], q.shape[1])
+    q = np.where(masks, np.maximum(q, 0.0), 0.0)
+    mass = q.sum(axis=1, keepdims=True)
+    k = masks.sum(axis=1, keepdims=True)
+    # A row with no mass on its set carries nothing: uniform on the set.
+    q = np.where(mass > 0, q / np.where(mass > 0, mass, 1.0), masks / k)
+    p, scale = debiasing_scale(k, epsilon)
+    corrected = (q - p) / scale
+    # Entries below (min on S) - 1 always project to 0: the simplex
+    # projection of the row is then that of its restriction to S.
+    floor = np.where(masks, corrected, np.inf).min(axis=1, keepdims=True) - 2.0
+    return np.where(masks, project_simplex(np.where(masks, corrected, floor)), 0.0)
+
+
+def debiased_frequencies(noisy_codes, in_top, epsilon, n_classes):
+    """Unbiased class frequencies from noisy labels, projected onto the simplex."""
+    targets = debiased_targets(noisy_codes, in_top, epsilon, n_classes)
+    return project_simplex(targets.mean(axis=0))[0]
+
+
+def effective_sample_size(in_top, epsilon, n_samples):
+    """n_e = sum_i (1 - k_i p_i)^2 over rows with k_i >= 2.
+
+    A debiased RR-Top-k label has (1 - k p)^-2 times the variance of a clean
+    one-hot label, so n noisy labels carry about as much information as n_e
+    clean ones. Rows with k = 1 carry none (the output is fixed).
+    """
+    k = np.asarray(in_top, dtype=bool).sum(axis=-1)
+    k = np.broadcast_to(k, (n_samples,)) if np.ndim(k) == 0 else k
+    _, scale = debiasing_scale(k, epsilon)
+    return float(np.sum(np.where(k >= 2, scale**2, 0.0)))
+
+
+def shrinkage_weight(n_effective, n_classes):
+    """lambda = K^2 / (K^2 + n_e): weight of the class prior in predictions.
+
+    A Dirichlet prior with K pseudo-counts (one per class, in the prior's
+    shape) against the labels a model's local estimate rests on. A flexible
+    model resolves about K regions of the feature space (one per class), so
+    each rests on about n_e / K effective labels: lambda = K / (K + n_e / K).
+    Public inputs only (epsilon, k, n, K); see docs/estimators.md.
+    """
+    k2 = float(n_classes) ** 2
+    return k2 / (k2 + float(n_effective))
+
+
+def inverse_transition(matrix):
+    """G with G[y~] the debiased target of output y~ for any transition matrix.
+
+    On the support S of the outputs (columns with positive mass) G_S is the
+    inverse of T restricted to S x S; outputs never produced get the
+    identity row. Raises if T_S is singular (no unbiased target exists).
+    """
+    matrix = np.asarray(matrix, dtype=np.float64)
+    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+        raise ValueError(f"a transition matrix must be square, got shape {matrix.shape}.")
+    support = matrix.sum(axis=0) > 0
+    block = matrix[np.ix_(support, support)]
+    if np.linalg.cond(block) > 1e12:
+        raise ValueError(
+            "the transition matrix is singular on its outputs: no debiased loss exists.")
+    inverse = np.eye(matrix.shape[0])
+    inverse[np.ix_(support, support)] = np.linalg.inv(block)
+    return inverse
+
+
+def class_prior_epsilon(epsilon, n_samples, n_classes):
+    """Budget of a private class histogram: min(sqrt(K / n), epsilon / 2).
+
+    000's rule for the prior of RR-on-Bins (Thm. 7), relative to epsilon: the
+    histogram's error (discrete Laplace of scale 2 / eps_1 on n counts) and
+    the labels' loss from a smaller budget balance at eps_1 ~ sqrt(K / n);
+    the cap keeps at least half of the budget for the labels.
+    """
+    return min(math.sqrt(float(n_classes) / float(n_samples)), 0.5 * float(epsilon))
+
+
+def classification_plan(epsilon, n_samples, n_classes):
+    """What ``LabelDPClassifier(mechanism='auto')`` does, from public inputs.
+
+    * If e^eps >= 3K + 1: plain randomized response, no prior. A prior can
+      only make RRWithPrior drop a class whose mass is below
+      1 / (e^eps + K - 1) (dropping it must beat the higher keep probability
+      of the smaller set), here under a quarter of the uniform mass 1 / K:
+      too little to gain for the budget the prior would take from the labels.
+    * Otherwise: one stage of RRWithPrior whose prior is a private histogram
+      of the classes costing ``class_prior_epsilon(epsilon, n, K)``; the
+      labels get the rest. RRWithPrior picks the k classes of largest prior
+      mass that maximise the probability of a correct noisy label (004,
+      Lemma 1): k = 1 when epsilon is too small for the labels to beat the
+      majority class (every noisy label is then the histogram's majority
+      class and the model is the majority-class predictor), a top-k set in
+      between, k = K for balanced classes.
+
+    Returns
+    -------
+    plan : dict
+        ``mechanism``, ``prior``, ``prior_epsilon`` and ``n_stages``.
+
+    Examples
+    --------
+    >>> from skdp_label.estimators._noise_aware import classification_plan
+    >>> classification_plan(8.0, 1000, 5)["mechanism"]
+    'rr'
+    >>> plan = classification_plan(0.5, 1000, 10)
+    >>> plan["prior"], round(plan["prior_epsilon"], 4)
+    ('class-frequencies', 0.1)
+    """
+    if float(epsilon) >= math.log(3.0 * n_classes + 1.0):
+        return {"mechanism": "rr", "prior": "uniform", "prior_epsilon": 0.0, "n_stages": 1}
+    return {
+        "mechanism": "rr-with-prior",
+        "prior": "class-frequencies",
+        "prior_epsilon": class_prior_epsilon(epsilon, n_samples, n_classes),
+        "n_stages": 1,
+    }
+
+
+def noise_inverse(noise, classes=None):
+    """(classes, G) for a fitted classification mechanism or a transition matrix.
+
+    ``noise`` is a fitted mechanism with a square ``transition_matrix_`` over
+    its ``output_values_`` (RR, RR-Top-k, RRWithPrior with a public prior), or
+    a (K, K) matrix whose rows are the true classes in the order of
+    ``classes`` (default ``0 .. K-1``); ``None`` means clean labels. G's row
+    y~ is the debiased target of the noisy label y~ (:func:`inverse_transition`).
+    """
+    if noise is None:
+        if classes is None:
+            raise ValueError("without a noise model, classes must be given.")
+        classes = np.asarray(classes)
+        return classes, np.eye(classes.shape[0])
+    if hasattr(noise, "transition_matrix_"):
+        matrix = np.asarray(noise.transition_matrix_, dtype=np.float64)
+        if not np.array_equal(noise.input_values_, noise.output_values_):
+            raise ValueError(f"{type(noise).__name__} has no square transition over its classes.")
+        classes = np.asarray(noise.output_values_)
+    else:
+        matrix = np.asarray(noise, dtype=np.float64)
+        if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+            raise ValueError("noise must be a fitted mechanism or a square transition matrix.")
+        if not (np.all(matrix >= 0) and np.allclose(matrix.sum(axis=1), 1.0, atol=1e-9)):
+            raise ValueError("a transition matrix must have non-negative rows summing to 1.")
+        classes = np.arange(matrix.shape[0]) if classes is None else np.asarray(classes)
+        if classes.shape != (matrix.shape[0],):
+            raise ValueError(f"classes must list {matrix.shape[0]} classes, one per row of noise.")
+    return classes, inverse_transition(matrix)
+
+
+def softmax(logits):
+    """Row-wise softmax, shifted for stability."""
+    z = np.asarray(logits, dtype=np.float64)
+    z = np.exp(z - z.max(axis=1, keepdims=True))
+    return z / z.sum(axis=1, keepdims=True)
