@@ -329,14 +329,14 @@ def test_mutation_sampler_ignoring_the_interpolation_is_flagged(monkeypatch):
     """A sampler that rounds labels to the nearer end of their piece (instead of
     picking an end with the interpolation weight) is unbiased on the grid but not
     between grid points: the continuous-label check must catch it."""
-    from skdp_label._kernels._sampling import categorical_rows
+    from skdp_label._kernels._sampling import categorical_codes
 
     mech = OPTM(1.0, bounds=(0, 10), bins=[-8.0, 2.0, 7.0, 19.0], objective="mae").fit([1.0])
 
     def nearest_end(y, rng):
         pos, t = mech._pieces.locate(y)
         row = (2 * pos + (t > 0.5)).astype(np.int64)
-        return mech.output_values_[categorical_rows(row, rng, *mech._row_tables)]
+        return mech.output_values_[categorical_codes(row, rng, mech._row_tables)]
 
     monkeypatch.setattr(mech, "_randomize_column", nearest_end)
     assert continuous_label_pvalue(mech, 4.321) < 1e-6

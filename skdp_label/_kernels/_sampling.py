@@ -52,7 +52,7 @@ def _digit(rng):
     return rng.random() * _DIGIT
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def bernoulli_exact(q, rng):
     """True with probability exactly ``q`` (a float in [0, 1]).
 
@@ -90,7 +90,7 @@ def split_probability(q, unit=_DIGIT):
     return float(qd), t - qd
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def uniform_index(m, rng):
     """A uniform integer in [0, m) (``m`` a float integer, 1 <= m <= 2**53).
 
@@ -196,17 +196,24 @@ def staircase_constants(lam, width, r):
     in_block0 = block0 * one_minus_b / (block0 * one_minus_b + b * block_mass)
     low0 = b * (width - r) / block0 if block0 > 0.0 else 0.0
     low = b * (width - r) / block_mass
-    return np.array([*geometric_constants(lam), width, r, qd, frac, in_block0, low0, low])
+    # A tuple of floats, not an array: passed by value, no reference
+    # counting where a draw calls the shared (not inlined) bernoulli_exact
+    # and uniform_index. The draw itself stays inlined into each kernel:
+    # compiling it once and calling it halved the compile time of this
+    # family but doubled the time per label of the continuous grids.
+    return (*geometric_constants(lam), width, r, qd, frac, in_block0, low0, low)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _staircase_block(c, rng, low_probability, first):
     """Offset j in a block: the low step [r, width) with probability
     ``low_probability``, else the high step [first, r)."""
+    # The guards skip calls that would read no digit (the Laplace grids: one
+    # value per step, no low step).
     width, r = c[4], c[5]
-    if bernoulli_exact(low_probability, rng):
+    if low_probability > 0.0 and bernoulli_exact(low_probability, rng):
         return r + uniform_index(width - r, rng)
-    return first + uniform_index(r - first, rng)
+    return first + (uniform_index(r - first, rng) if r - first > 1.0 else 0.0)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -225,7 +232,7 @@ def staircase_draw(c, rng):
     if not _bernoulli_first(d, c[6], c[7], rng):
         return 0.0
     width = c[4]
-    if bernoulli_exact(c[8], rng):
+    if c[8] > 0.0 and bernoulli_exact(c[8], rng):
         m = _staircase_block(c, rng, c[9], 1.0)
     else:
         m = width + staircase_one_sided(c, rng)
@@ -233,9 +240,8 @@ def staircase_draw(c, rng):
 
 
 @numba.njit(cache=True, nogil=True)
-def _staircase_samples(rng, n, c):
-    out = np.empty(n, dtype=np.float64)
-    for i in range(n):
+def _staircase_samples(rng, c, out):
+    for i in range(out.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
         out[i] = staircase_draw(c, rng)
     return out
@@ -264,7 +270,9 @@ def staircase_noise(rng, lam, width=1, r=1, size=None):
     -------
     z : ndarray of float64 holding integers
     """
-    return _staircase_samples(rng, int(size), staircase_constants(lam, width, r))
+    out = np.empty(int(size), dtype=np.float64)
+    _staircase_samples(rng, staircase_constants(lam, width, r), out)
+    return out
 
 
 def max_staircase_magnitude(lam, width):
@@ -284,15 +292,20 @@ def _shift_on_grid(y, z, granularity, inv_granularity, clip, lo, hi):
     return v
 
 
-@numba.njit(cache=True, nogil=True)
 def staircase_additive(y, rng, granularity, c, clip, lo, hi):
     """Labels rounded to the grid plus staircase noise in grid units, clipped.
 
     Fused in one pass: ``(rint(y / g) + Z) * g``, then clipped to [lo, hi]
     when ``clip``. Every output is an exact multiple of ``g``.
     """
-    inv_granularity = 1.0 / granularity
     out = np.empty(y.shape[0], dtype=np.float64)
+    _staircase_additive(y, rng, granularity, c, clip, lo, hi, out)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _staircase_additive(y, rng, granularity, c, clip, lo, hi, out):
+    inv_granularity = 1.0 / granularity
     for i in range(y.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
         out[i] = _shift_on_grid(y[i], staircase_draw(c, rng), granularity, inv_granularity, clip, lo, hi)
@@ -313,7 +326,6 @@ def bulk_constants(m0, tail_probability, n_entries):
     return np.array([qd, frac, n_entries / (_DIGIT - qd), float(m0)])
 
 
-@numba.njit(cache=True, nogil=True)
 def staircase_additive_bulk(y, rng, granularity, c, bulk, prob, alias, clip, lo, hi):
     """:func:`staircase_additive` with the bulk from an alias table.
 
@@ -324,10 +336,16 @@ def staircase_additive_bulk(y, rng, granularity, c, bulk, prob, alias, clip, lo,
     -(m0 - 1), ..., m0 - 1 (constants ``bulk`` from :func:`bulk_constants`,
     table from ``staircase_alias_table``).
     """
+    out = np.empty(y.shape[0], dtype=np.float64)
+    _staircase_additive_bulk(y, rng, granularity, c, bulk, prob, alias, clip, lo, hi, out)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _staircase_additive_bulk(y, rng, granularity, c, bulk, prob, alias, clip, lo, hi, out):
     qd, frac, scale, m0 = bulk[0], bulk[1], bulk[2], bulk[3]
     k = prob.shape[0]
     inv_granularity = 1.0 / granularity
-    out = np.empty(y.shape[0], dtype=np.float64)
     for i in range(y.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
         d = _digit(rng)
@@ -343,7 +361,6 @@ def staircase_additive_bulk(y, rng, granularity, c, bulk, prob, alias, clip, lo,
     return out
 
 
-@numba.njit(cache=True, nogil=True)
 def discrete_gaussian(rng, n, sigma, c):
     """Discrete Gaussian of scale ``sigma`` (Canonne, Kamath & Steinke 2020).
 
@@ -352,11 +369,17 @@ def discrete_gaussian(rng, n, sigma, c):
     exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2)) by an exact Bernoulli, so far
     tails are accepted at their true (tiny) rate.
     """
+    out = np.empty(int(n), dtype=np.float64)
+    _discrete_gaussian(rng, float(sigma), c, out)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _discrete_gaussian(rng, sigma, c, out):
     t = np.floor(sigma) + 1.0
     shift = sigma * sigma / t
     two_var = 2.0 * sigma * sigma
-    out = np.empty(n, dtype=np.float64)
-    for i in range(n):
+    for i in range(out.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
         while True:
             y = staircase_draw(c, rng)
@@ -429,23 +452,34 @@ def rr_code(code, n_classes, c, rng):
     return out
 
 
-@numba.njit(cache=True, nogil=True)
 def randomized_response_contiguous(y, rng, lo, n_classes, c):
     """k-ary RR on labels that are the integers lo, ..., lo + k - 1 (validated).
 
     Returns noisy labels (not codes) in the dtype of ``y``.
     """
     out = np.empty_like(y)
+    _randomized_response_contiguous(y, rng, lo, n_classes, c, out)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _randomized_response_contiguous(y, rng, lo, n_classes, c, out):
     for i in range(y.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
         out[i] = lo + rr_code(np.int64(y[i] - lo), n_classes, c, rng)
     return out
 
 
-@numba.njit(cache=True, nogil=True)
 def randomized_response_indices(codes, rng, n_classes, c):
     """k-ary randomized response on class codes."""
+    codes = np.ascontiguousarray(codes, dtype=np.int64)
     out = np.empty(codes.shape[0], dtype=np.int64)
+    _randomized_response_indices(codes, rng, n_classes, c, out)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _randomized_response_indices(codes, rng, n_classes, c, out):
     for i in range(codes.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
         out[i] = rr_code(codes[i], n_classes, c, rng)
@@ -511,35 +545,277 @@ def exponent_groups(matrix):
 
 
 @numba.njit(cache=True, nogil=True)
-def categorical_rows(codes, rng, order, cdf, group_end, group_q, n_groups):
-    """Draw an output of row ``codes[i]`` from the tables of :func:`exponent_groups`.
+def group_draw(row, rng, order, cdf, group_end, group_q, n_groups):
+    """One output of row ``row`` from the tables of :func:`exponent_groups`.
 
     A group is chosen by exact Bernoulli draws, then an output inside it by
     inverting the group's CDF with one digit (its probabilities differ by
     less than 2x, so each output owns at least 2**52 / n of the digit's
-    values).
+    values). Not inlined: the alias tables below send only their tail here.
     """
-    out = np.empty(codes.shape[0], dtype=np.int64)
+    g = 0
+    while g < n_groups[row] - 1:
+        q = group_q[row, g]
+        if q >= 0.0:
+            if bernoulli_exact(q, rng):
+                break
+        elif not bernoulli_exact(-q, rng):
+            break
+        g += 1
+    lo = 0 if g == 0 else group_end[row, g - 1]
+    hi = group_end[row, g] - 1
+    v = _digit(rng) / _DIGIT
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cdf[row, mid] > v:
+            hi = mid
+        else:
+            lo = mid + 1
+    return order[row, lo]
+
+
+@numba.njit(cache=True, nogil=True)
+def _categorical_rows(codes, rng, order, cdf, group_end, group_q, n_groups, out):
     for i in range(codes.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
-        row = codes[i]
-        g = 0
-        while g < n_groups[row] - 1:
-            q = group_q[row, g]
-            if q >= 0.0:
-                if bernoulli_exact(q, rng):
-                    break
-            elif not bernoulli_exact(-q, rng):
-                break
-            g += 1
-        lo = 0 if g == 0 else group_end[row, g - 1]
-        hi = group_end[row, g] - 1
-        v = _digit(rng) / _DIGIT
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if cdf[row, mid] > v:
-                hi = mid
-            else:
-                lo = mid + 1
-        out[i] = order[row, lo]
+        out[i] = group_draw(codes[i], rng, order, cdf, group_end, group_q, n_groups)
+
+
+def categorical_rows(codes, rng, order, cdf, group_end, group_q, n_groups):
+    """Draw an output of row ``codes[i]`` from the tables of :func:`exponent_groups`
+    (the exact sampler of every entry, see :func:`group_draw`)."""
+    codes = np.ascontiguousarray(codes, dtype=np.int64)
+    out = np.empty(codes.shape[0], dtype=np.int64)
+    _categorical_rows(codes, rng, order, cdf, group_end, group_q, n_groups, out)
     return out
+
+
+# -- alias tables with an exact tail: one digit per draw for any matrix ---------
+
+# Entries below this never enter an alias table (they are sampled exactly by
+# the exponent groups); the check in categorical_tables moves more out if needed.
+_ALIAS_FLOOR = 2.0**-20
+_ALIAS_RTOL = 1e-9
+
+
+def _alias_with_tail(p, rtol):
+    """(bulk mask, tail mass, prob, alias) of one row: the largest bulk whose
+    alias table reproduces every bulk entry to ``rtol`` relative."""
+    from ..mechanisms.classic._noise import alias_table, alias_table_probabilities
+
+    bulk = p >= _ALIAS_FLOOR
+    for _ in range(8):
+        if not bulk.any():
+            break
+        tail = math.fsum(p[~bulk])
+        prob, alias = alias_table(p[bulk])
+        implied = alias_table_probabilities(prob, alias) * (1.0 - tail)
+        # Digit quantisation: each cell boundary is off by at most a digit or
+        # two of the ~2**53 / K digits a cell owns; a value owns its cell and
+        # the parts of the n_in cells aliasing it.
+        n_in = np.bincount(alias[prob < 1.0], minlength=prob.shape[0])
+        bound = (np.abs(implied - p[bulk]) + 4.0 * (1.0 + n_in) / _DIGIT) / p[bulk]
+        bad = bound > rtol
+        if not bad.any():
+            return bulk, tail, prob, alias
+        bulk[np.flatnonzero(bulk)[bad]] = False
+    return np.zeros_like(bulk), 1.0, np.ones(1), np.zeros(1, dtype=np.int64)
+
+
+def categorical_tables(matrix, rtol=_ALIAS_RTOL):
+    """Tables of :func:`categorical_codes` for a transition matrix.
+
+    Each row's entries of at least 2**-20 (the *bulk*) go into a Walker alias
+    table; the others (the *tail*, mass T) into :func:`exponent_groups`
+    tables. A draw reads one digit: an exact Bernoulli(T) on it sends the
+    label to the exact tail sampler, otherwise the same digit, uniform on
+    the bulk's share of digits, picks a cell of the alias table. Every bulk
+    entry's sampled probability is checked here to be within ``rtol``
+    relative of the matrix (float error of the table plus digit
+    quantisation); entries that fail move to the tail. Zero entries are in
+    neither and are never produced.
+
+    Returns a tuple of arrays (pass it whole to the kernels): ``cells`` of
+    shape (n_rows, 1 + K, 4), one 32-byte record per cell so that a draw
+    touches two cache lines (row header and cell) -- record 0 of a row is
+    (tail digit threshold, its fraction, bulk scale, last cell), record
+    1 + j is (threshold, own output, alias output, 0) -- then the
+    :func:`exponent_groups` tables of the tails.
+    """
+    matrix = np.asarray(matrix, dtype=np.float64)
+    n_rows, n_out = matrix.shape
+    rows = []
+    for i in range(n_rows):
+        p = matrix[i] / math.fsum(matrix[i])
+        rows.append(_alias_with_tail(p, rtol))
+    width = max(int(r[2].shape[0]) for r in rows)
+    cells = np.zeros((n_rows, 1 + width, 4))
+    cells[:, 1:, 0] = 1.0
+    # The tail tables hold only each row's tail entries (columns tail_cols).
+    smalls = []
+    for i, (bulk, tail, _, _) in enumerate(rows):
+        p = matrix[i]
+        smalls.append(np.flatnonzero((p > 0) & ~bulk) if tail > 0.0 else np.zeros(0, np.int64))
+    t_width = max(1, max(c.shape[0] for c in smalls))
+    tail_rows = np.zeros((n_rows, t_width))
+    tail_cols = np.zeros((n_rows, t_width), dtype=np.int64)
+    for i, (bulk, tail, prob, alias) in enumerate(rows):
+        outputs = np.flatnonzero(bulk)
+        k = prob.shape[0]
+        cells[i, 1 : k + 1, 0] = prob
+        if outputs.size:
+            cells[i, 1 : k + 1, 1] = outputs
+            cells[i, 1 : k + 1, 2] = outputs[alias]
+        qd, frac = split_probability(tail)
+        cells[i, 0] = qd, frac, k / (_DIGIT - qd) if qd < _DIGIT else 0.0, k - 1
+        small = smalls[i]
+        if small.size:
+            p = matrix[i] / math.fsum(matrix[i])
+            tail_rows[i, : small.size] = p[small] / tail
+            tail_cols[i, : small.size] = small
+        else:
+            tail_rows[i, 0] = 1.0  # never reached: Bernoulli(0)
+    order, *groups = exponent_groups(tail_rows)
+    order = np.take_along_axis(tail_cols, order, axis=1)  # positions -> output indices
+    return (cells, order, *groups)
+
+
+_NO_TABLES = (
+    np.zeros((1, 2, 4)), np.zeros((1, 1), np.int64), np.ones((1, 1)), np.ones((1, 1), np.int64),
+    np.ones((1, 1)), np.ones(1, np.int64),
+)
+
+
+_EMPTY_F = np.zeros(0)
+_EMPTY_I = np.zeros(0, dtype=np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def _discrete_rows(
+    codes, y, values, lower, par, rr, rng, outputs, out,
+    cells, order, cdf, group_end, group_q, n_groups,
+):
+    """Every finite-output sampler in one kernel (one compilation serves all).
+
+    The row of label i is ``codes[i]`` or, when a grid ``values`` is given,
+    the unbiased randomized rounding of ``y[i]`` onto it (one uniform;
+    ``lower``/``par`` from :func:`rounding_grid`). The output index is
+    drawn by k-ary randomized response when ``rr`` (constants of
+    :func:`rr_constants`) is given, else from the row's alias table with
+    the exact tail (:func:`categorical_tables`). ``out[i] = outputs[j]``.
+    The steps are written out in the loop: numba's inlining of helpers that
+    take arrays costs several times their work per label.
+    """
+    k = values.shape[0]
+    n_buckets = lower.shape[0]
+    use_rr = rr.shape[0] > 0
+    if use_rr:
+        rr_qd, rr_frac, rr_limit, rr_m = rr[0], rr[1], rr[2], rr[3]
+        n_classes = np.int64(rr_m) + 1
+    else:
+        rr_qd = rr_frac = rr_limit = rr_m = 0.0
+        n_classes = 0
+    for i in range(out.shape[0]):
+        begin_row(rng, i)  # keyed releases: row i reads its own stream
+        if k == 0:
+            row = codes[i]
+        elif k == 1:
+            row = 0
+        else:
+            # Randomized rounding (001 §3): from v_l up to v_h with probability
+            # (v - v_l) / (v_h - v_l); labels outside the grid go to its ends.
+            # Branch-free in the common case (a mispredicted branch costs more
+            # than the arithmetic).
+            v = min(max(y[i], values[0]), values[k - 1])
+            u = rng.random()
+            lo = lower[min(np.int64((v - par[0]) * par[1]), n_buckets - 1)]
+            lo += np.int64(values[lo + 1] <= v)
+            while lo < k - 2 and values[lo + 1] <= v:  # crowded buckets only
+                lo += 1
+            while lo > 0 and values[lo] > v:  # bucket index rounded up
+                lo -= 1
+            if lo > k - 2:
+                lo = k - 2
+            row = lo + np.int64(u * (values[lo + 1] - values[lo]) < v - values[lo])
+        if use_rr:
+            j = _rr_offset(rr_qd, rr_frac, rr_limit, rr_m, rng)
+            if j < 0:
+                j = row
+            else:
+                j = row + 1 + j
+                if j >= n_classes:
+                    j -= n_classes
+        else:
+            qd = cells[row, 0, 0]
+            d = _digit(rng)
+            if _bernoulli_first(d, qd, cells[row, 0, 1], rng):  # the tail (rare), exactly
+                j = group_draw(row, rng, order, cdf, group_end, group_q, n_groups)
+            else:  # the same digit, uniform on the bulk's share, picks a cell
+                w = (d - qd) * cells[row, 0, 2]
+                c = min(np.int64(w), np.int64(cells[row, 0, 3]))  # w < K, up to rounding
+                keep = w - c < cells[row, c + 1, 0]  # branch-free select
+                alias = cells[row, c + 1, 2]
+                j = np.int64(alias + keep * (cells[row, c + 1, 1] - alias))
+        out[i] = outputs[j]
+
+
+def rounding_grid(values, buckets_per_value=4):
+    """Tables of the O(1) rounding lookup for sorted grid ``values``: the
+    grid; for each of equal-width buckets over its range, the last grid
+    index at or below the bucket's start (at most k - 2), from which a
+    label's lower neighbour is a step away (no binary search); and
+    (start, buckets per unit)."""
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    k = values.shape[0]
+    lo = float(values[0])
+    span = float(values[-1]) - lo
+    nb = max(1, buckets_per_value * k)
+    inv_width = nb / span if span > 0 else 0.0
+    edges = lo + np.arange(nb) * (span / nb)
+    lower = np.clip(np.searchsorted(values, edges, side="right") - 1, 0, max(k - 2, 0))
+    return values, lower.astype(np.int64), np.array([lo, inv_width])
+
+
+def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=None):
+    """Randomized outputs, one per label, in one pass (see :func:`_discrete_rows`).
+
+    Parameters
+    ----------
+    rng : Generator or KeyedRows
+        The release's random source.
+    outputs : ndarray of float64
+        Output value of each output index.
+    codes : ndarray of int, optional
+        Row of each label; or
+    y, grid : ndarray, tuple
+        Labels rounded (randomized, unbiased) onto ``grid = rounding_grid(values)``.
+    tables : tuple, optional
+        :func:`categorical_tables` of the matrix; or
+    rr : ndarray, optional
+        :func:`rr_constants`: k-ary randomized response over the rows.
+
+    Returns
+    -------
+    out : ndarray of float64
+    """
+    if codes is not None:
+        codes = np.ascontiguousarray(codes, dtype=np.int64)
+        y, grid, n = _EMPTY_F, (_EMPTY_F, _EMPTY_I, _EMPTY_F), codes.shape[0]
+    else:
+        y = np.ascontiguousarray(y, dtype=np.float64)
+        codes, n = _EMPTY_I, y.shape[0]
+    if tables is None:
+        tables = _NO_TABLES
+        rr = np.ascontiguousarray(rr, dtype=np.float64)
+    else:
+        rr = _EMPTY_F
+    out = np.empty(n, dtype=np.float64)
+    _discrete_rows(codes, y, *grid, rr, rng, np.ascontiguousarray(outputs, dtype=np.float64), out, *tables)
+    return out
+
+
+def categorical_codes(codes, rng, tables):
+    """An output index for each row index ``codes[i]``, drawn from the matrix
+    the ``tables`` (:func:`categorical_tables`) were built from."""
+    n_out = int(max(tables[0][:, 1:, 1:3].max(), tables[1].max())) + 1
+    return sample_rows(rng, np.arange(n_out, dtype=np.float64), codes=codes, tables=tables).astype(np.int64)

@@ -224,7 +224,12 @@ class BaseLabelMechanism(
             ensure_all_finite=False,
             ensure_min_samples=1,
         )
-        if y2d.dtype.kind in "fc" and not np.all(np.isfinite(y2d)):
+        # min and max propagate NaN and show infinities: two reductions, no
+        # label-sized temporary; the extremes are compared and dropped.
+        extremes = (y2d.min(), y2d.max()) if y2d.dtype.kind == "f" and y2d.size else None
+        if extremes is not None and not np.all(np.isfinite(extremes)) or (
+            y2d.dtype.kind == "c" and not np.all(np.isfinite(y2d))
+        ):
             # No count or position: both are statistics of the private labels.
             raise ValueError(
                 f"{type(self).__name__}: y contains NaN or infinite labels; labels must be "
@@ -232,16 +237,18 @@ class BaseLabelMechanism(
             )
         label_range = self._label_range()
         if label_range is not None:
-            y2d = self._apply_out_of_bounds(y2d, label_range)
+            y2d = self._apply_out_of_bounds(y2d, label_range, extremes)
         self._check_label_values(y2d)
         return y2d, one_d
 
-    def _apply_out_of_bounds(self, y2d, label_range):
+    def _apply_out_of_bounds(self, y2d, label_range, extremes=None):
         """The library's one policy for labels outside the public range."""
         lo, hi = label_range
         # Two reductions, no label-sized temporaries; the extremes are compared
         # and dropped, never stored or shown.
-        if y2d.size == 0 or (y2d.min() >= lo and y2d.max() <= hi):
+        if y2d.size and extremes is None:
+            extremes = (y2d.min(), y2d.max())
+        if y2d.size == 0 or (extremes[0] >= lo and extremes[1] <= hi):
             return y2d
         if getattr(self, "out_of_bounds", "raise") == "clip":
             return np.clip(y2d, lo, hi)
@@ -409,16 +416,28 @@ class BaseDiscreteMechanism(BaseLabelMechanism):
     _max_epsilon = 30.0
 
     def _randomize_column(self, y, rng):
-        return self.output_values_[self._sample_codes(self._encode_labels(y), rng)]
+        codes = self._encode_labels(y)
+        outputs = self.output_values_
+        if outputs.dtype.kind in "iuf" and np.all(np.abs(outputs) < 2.0**53):
+            # Numeric outputs (exact as float64) come straight out of the kernel.
+            from .._kernels._sampling import sample_rows
+
+            out = sample_rows(rng, outputs, codes=codes, tables=self._categorical_tables())
+            return out if outputs.dtype == out.dtype else out.astype(outputs.dtype)
+        return outputs[self._sample_codes(codes, rng)]
 
     def _sample_codes(self, codes, rng):
         """Output index for each input index ``codes``, drawn from the matrix."""
-        from .._kernels._sampling import categorical_rows, exponent_groups
+        from .._kernels._sampling import categorical_codes
 
-        # Tables built from the (public) matrix, rebuilt whenever it changes.
+        return categorical_codes(codes, rng, self._categorical_tables())
+
+    def _categorical_tables(self):
+        """Sampler tables of the (public) matrix, rebuilt whenever it changes."""
+        from .._kernels._sampling import categorical_tables
+
         matrix = self.transition_matrix_
         cached = getattr(self, "_row_sampler", None)
         if cached is None or not (cached[0] is matrix or np.array_equal(cached[0], matrix)):
-            cached = self._row_sampler = (matrix, exponent_groups(matrix))
-        codes = np.ascontiguousarray(codes, dtype=np.int64)
-        return categorical_rows(codes, rng, *cached[1])
+            cached = self._row_sampler = (matrix, categorical_tables(matrix))
+        return cached[1]

@@ -89,6 +89,11 @@ def nearest_domain_index(values, y):
     Labels below or above the domain map to its end points: out-of-domain
     labels are clipped into it, a per-label step that needs no budget.
     """
+    if np.ndim(y) == 1 and np.shape(y)[0] >= 10_000 and len(values) > 1:
+        # Releases: one pass over a bucket table (no binary search, no temporaries).
+        from .bins._sampling import BinLookup
+
+        return BinLookup(values, np.arange(len(values)))(y)
     idx = np.searchsorted(values, y)
     idx = np.clip(idx, 1, len(values) - 1) if len(values) > 1 else np.zeros_like(idx)
     if len(values) > 1:

@@ -70,9 +70,13 @@ def check_labels_in_bounds(y, bounds):
         )
 
 
-def check_integer_labels(y):
-    if np.any(y != np.round(y)):
-        raise ValueError("This mechanism takes integer labels; got non-integer values.")
+def check_integer_labels(y, chunk=1 << 16):
+    # In cache-sized chunks: no label-sized temporaries.
+    flat = np.ravel(y)
+    for start in range(0, flat.shape[0], chunk):
+        part = flat[start : start + chunk]
+        if np.any(part != np.rint(part)):
+            raise ValueError("This mechanism takes integer labels; got non-integer values.")
 
 
 def check_classes(classes, owner=""):

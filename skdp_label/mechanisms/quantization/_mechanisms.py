@@ -12,7 +12,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..._accountant import BudgetAccountant
 from ..._kernels._philox import uniforms
-from ..._kernels._sampling import categorical_rows, exponent_groups
+from ..._kernels._sampling import categorical_codes, categorical_tables
 from ...utils._progress import VERBOSE_CONSTRAINT, VERBOSE_DOC, Progress, format_epsilon
 from .._base import OUT_OF_BOUNDS_CONSTRAINT, BaseDiscreteMechanism
 from .._registry import register_mechanism
@@ -112,7 +112,7 @@ class _QuantizationBase(BaseDiscreteMechanism):
         self.output_values_ = outputs
         self._pieces = pieces
         self._rows = rows
-        self._row_tables = exponent_groups(rows)  # exact-tail sampler tables
+        self._row_tables = categorical_tables(rows)  # exact-tail sampler tables
         self.expected_error_ = float(
             (row_weights(pieces, outputs, prior, self.objective) * rows).sum()
         )
@@ -144,7 +144,7 @@ class _QuantizationBase(BaseDiscreteMechanism):
         # The distribution inside a piece is (1 - t) row_a + t row_b: pick the
         # end with one uniform, then sample its row with another.
         row = 2 * pos + (uniforms(rng, y.shape[0]) < t)
-        codes = categorical_rows(row.astype(np.int64), rng, *self._row_tables)
+        codes = categorical_codes(row, rng, self._row_tables)
         return self.output_values_[codes]
 
 

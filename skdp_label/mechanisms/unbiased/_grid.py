@@ -25,7 +25,8 @@ def randomized_rounding_indices(values, y, u):
     with probability ``(y - v_l) / (v_h - v_l)`` (when ``u`` is below it),
     else to ``v_l``, so ``E[v] = y``; labels on a grid point stay there.
     Labels outside ``[values[0], values[-1]]`` go to the nearest end point.
-    ``u`` holds one uniform in [0, 1) per label. Returns indices.
+    ``u`` holds one uniform in [0, 1) per label. Returns indices. (Releases
+    fuse this step with the sampler: ``skdp_label._kernels._sampling.sample_rows``.)
     """
     n = values.shape[0]
     if n == 1:

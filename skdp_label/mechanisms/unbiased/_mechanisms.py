@@ -9,7 +9,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from threadpoolctl import threadpool_limits
 
 from ..._kernels._philox import uniforms
-from ..._kernels._sampling import randomized_response_indices, rr_constants, rr_flip_probability
+from ..._kernels._sampling import rounding_grid, rr_constants, rr_flip_probability, sample_rows
 from ...utils._progress import VERBOSE_CONSTRAINT, VERBOSE_DOC, Progress, format_epsilon
 from .._base import OUT_OF_BOUNDS_CONSTRAINT, OUT_OF_BOUNDS_DOC, BaseDiscreteMechanism
 from .._grid_rule import auto_grid, auto_grid_points
@@ -91,16 +91,15 @@ class _UnbiasedRoundingMixin:
         values = self._domain()[0]
         return float(values[0]), float(values[-1])
 
-    def _round_labels(self, y, rng):
-        # Unbiased randomized rounding (001 §3), one uniform per label from
-        # the release's generator: E[grid value] = y for y inside the grid.
-        return randomized_rounding_indices(self.input_values_, y, uniforms(rng, y.shape[0]))
-
     def _histogram_codes(self, y, rng, values):
         return randomized_rounding_indices(values, y, uniforms(rng, y.shape[0]))
 
     def _randomize_column(self, y, rng):
-        return self.output_values_[self._sample_codes(self._round_labels(y, rng), rng)]
+        # Unbiased randomized rounding (001 §3), one uniform per label from
+        # the release's generator (E[grid value] = y for y inside the grid),
+        # then the grid value's row of the matrix: one fused pass.
+        grid = rounding_grid(self.input_values_)
+        return sample_rows(rng, self.output_values_, y=y, grid=grid, tables=self._categorical_tables())
 
 
 _GRID_DOC = """    domain : array-like, optional
@@ -390,7 +389,9 @@ class DebiasedRR(_UnbiasedRoundingMixin, BaseDiscreteMechanism):
         self.output_values_ = debiased_rr_outputs(values, float(self.epsilon))
         self.transition_matrix_ = randomized_response_matrix(values.size, float(self.epsilon))
 
-    def _sample_codes(self, codes, rng):
+    def _randomize_column(self, y, rng):
+        # Rounding, then k-ary RR over the grid (exact flip, uniform
+        # replacement): O(1) per label and no k x k tables.
         k = self.input_values_.shape[0]
         c = rr_constants(k, rr_flip_probability(k, float(self.epsilon)))
-        return randomized_response_indices(codes, rng, k, c)
+        return sample_rows(rng, self.output_values_, y=y, grid=rounding_grid(self.input_values_), rr=c)

@@ -1,0 +1,141 @@
+"""The fused finite-output sampler (``_kernels._sampling.sample_rows``).
+
+* ``categorical_tables``: the alias tables of each row's bulk and the exact
+  exponent-group tables of its tail reproduce the matrix to 1e-9 relative in
+  every positive entry, whatever its size; zeros are never produced.
+* The sampler draws from those tables: chi-squared against the matrix, and
+  scripted digits reach a 1e-300 entry through the tail.
+* Randomized rounding inside the kernel (bucket lookup, branch-free) picks
+  the same neighbours as the numpy reference and rounds up with the
+  interpolation weight, on regular and crowded grids.
+"""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from _audit import chi_square_pvalue
+from skdp_label._kernels import _sampling as S
+from skdp_label.mechanisms.unbiased import randomized_rounding_indices
+from test_numerics import DIGIT, _implied, scripted
+
+
+def implied_matrix(tables, n_out):
+    """The distribution each row of ``tables`` samples from (up to digit
+    quantisation, which the builder bounds)."""
+    cells = tables[0]
+    split, cell_prob = cells[:, 0], cells[:, 1:, 0]
+    cell_keep, cell_alias = cells[:, 1:, 1].astype(np.int64), cells[:, 1:, 2].astype(np.int64)
+    n_rows = split.shape[0]
+    out = np.zeros((n_rows, n_out))
+    for i in range(n_rows):
+        tail = (split[i, 0] + split[i, 1]) / DIGIT  # the exact Bernoulli's q
+        k = int(split[i, 3]) + 1
+        if tail < 1.0:
+            np.add.at(out[i], cell_keep[i, :k], cell_prob[i, :k] / k * (1.0 - tail))
+            np.add.at(out[i], cell_alias[i, :k], (1.0 - cell_prob[i, :k]) / k * (1.0 - tail))
+        if tail > 0.0:
+            # The exponent groups over the row's tail entries (columns order[i]).
+            order, *groups = tables[1:]
+            positions = np.arange(order.shape[1])[None, :].repeat(n_rows, axis=0)
+            np.add.at(out[i], order[i], tail * _implied((positions, *groups), i))
+    return out
+
+
+def _matrix(seed):
+    rng = np.random.default_rng(seed)
+    logs = rng.uniform(-300, 0, size=(5, 14))
+    matrix = 10.0**logs
+    matrix[rng.random(matrix.shape) < 0.2] = 0.0
+    matrix[:, :4] += rng.uniform(0.2, 1.0, size=(5, 4))  # a bulk in every row
+    return matrix / matrix.sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tables_reproduce_every_entry_to_1e_9(seed):
+    matrix = _matrix(seed)
+    tables = S.categorical_tables(matrix)
+    implied = implied_matrix(tables, matrix.shape[1])
+    positive = matrix > 0
+    assert np.all(implied[~positive] == 0.0)  # zeros are never produced
+    rel = np.abs(implied[positive] - matrix[positive]) / matrix[positive]
+    assert rel.max() <= 1e-9
+    # The tiny entries are in the tail (not the alias table): 2**-20 is the floor.
+    split, cell_keep = tables[0][:, 0], tables[0][:, 1:, 1].astype(np.int64)
+    for i in range(matrix.shape[0]):
+        k = int(split[i, 3]) + 1
+        assert np.all(matrix[i, cell_keep[i, :k]] >= 2.0**-20)
+
+
+def test_a_tight_tolerance_moves_entries_to_the_exact_tail():
+    matrix = _matrix(3)
+    loose, tight = S.categorical_tables(matrix), S.categorical_tables(matrix, rtol=1e-15)
+    # Fewer cells pass the tight check; what is sampled is still the matrix.
+    assert (tight[0][:, 0, 3] <= loose[0][:, 0, 3]).all()
+    assert (tight[0][:, 0, 0] >= loose[0][:, 0, 0]).all() and (tight[0][:, 0, 3] < loose[0][:, 0, 3]).any()
+    implied = implied_matrix(tight, matrix.shape[1])
+    positive = matrix > 0
+    assert np.max(np.abs(implied[positive] - matrix[positive]) / matrix[positive]) <= 1e-9
+
+
+def test_sampler_matches_the_matrix():
+    matrix = np.array([
+        [0.5, 0.3, 0.15, 0.04, 0.01 - 2e-7, 1e-7, 1e-7],
+        [0.01, 0.02, 0.03, 0.04, 0.4, 0.5, 0.0],
+        [0.2, 0.2, 0.2, 0.2, 0.1, 0.05, 0.05],
+    ])
+    tables = S.categorical_tables(matrix)
+    rng = np.random.default_rng(11)
+    for row in range(matrix.shape[0]):
+        draws = S.categorical_codes(np.full(80_000, row), rng, tables)
+        nz = matrix[row] > 0
+        assert chi_square_pvalue(draws, np.flatnonzero(nz), matrix[row][nz]) > 1e-4
+
+
+def test_tail_reaches_a_1e_300_entry_and_the_bulk_the_rest():
+    matrix = np.array([[1.0 - 1e-15, 1e-15, 1e-300, 0.0]])
+    tables = S.categorical_tables(matrix)
+    outputs = np.arange(4.0)
+    # First digit 0 < 2**53 * (1e-15 + 1e-300): the tail. Then the tail's
+    # exponent groups: leave the 1e-15 group (Bernoulli(1e-285): 19 zero
+    # digits), and one digit inside the 1e-300 group.
+    out = S.sample_rows(scripted([0] + [0] * 19 + [123]), outputs, codes=np.array([0]), tables=tables)
+    assert out[0] == 2.0
+    out = S.sample_rows(scripted([DIGIT - 1]), outputs, codes=np.array([0]), tables=tables)
+    assert out[0] == 0.0
+    # A mutated table without the tail (bulk only) never produces entry 2: the
+    # tail split is what the scripted draw above goes through.
+    cells = tables[0].copy()
+    cells[:, 0, :2] = 0.0
+    broken = (cells, *tables[1:])
+    out = S.sample_rows(scripted([0] + [0] * 19 + [123]), outputs, codes=np.array([0]), tables=broken)
+    assert out[0] != 2.0
+
+
+@pytest.mark.parametrize(
+    "values",
+    [np.arange(0.0, 41.0), np.array([0.0, 1e-9, 2e-9, 5.0, 5.000001, 100.0]), np.array([2.0, 3.0])],
+)
+def test_rounding_in_the_kernel_is_unbiased_and_picks_the_reference_neighbours(values):
+    rng = np.random.default_rng(5)
+    k = values.shape[0]
+    probe = np.concatenate([
+        values, (values[1:] + values[:-1]) / 2, values[0] + (values[-1] - values[0]) * rng.random(30),
+        [values[0] - 1.0, values[-1] + 1.0],
+    ])
+    keep_all = S.rr_constants(k, 0.0)  # RR that never flips: the output is the rounded value
+    grid = S.rounding_grid(values)
+    n = 4000
+    for y in probe:
+        out = S.sample_rows(rng, values, y=np.full(n, y), grid=grid, rr=keep_all)
+        ref = values[randomized_rounding_indices(values, np.full(n, y), rng.random(n))]
+        assert set(np.unique(out)) <= set(np.unique(np.concatenate([ref, values[[0, -1]]])))
+        clipped = min(max(y, values[0]), values[-1])
+        hi = np.searchsorted(values, clipped, side="right")
+        if hi == 0 or hi == k or values[hi - 1] == clipped:
+            assert np.all(out == clipped)  # on a grid point or clipped: no randomness
+            continue
+        p_up = (clipped - values[hi - 1]) / (values[hi] - values[hi - 1])
+        ups = int(np.sum(out == values[hi]))
+        assert ups + int(np.sum(out == values[hi - 1])) == n
+        assert stats.binomtest(ups, n, p_up).pvalue > 1e-4
