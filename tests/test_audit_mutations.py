@@ -559,7 +559,7 @@ def _make_prior_mechanism(cls):
     # eps1 = 0.5: the discrete-Laplace histogram is exact with probability
     # tanh(1/8)**10 < 1e-9 per fit, and two fits coincide with probability
     # (sum_z p(z)^2)**10 < 1e-11.
-    return lambda: cls(2.0, bounds=(0, 9), prior_epsilon=0.5)
+    return lambda: cls(2.0, bounds=(0, 9), resolution=1, prior_epsilon=0.5)  # the 10 integers
 
 
 def test_prior_audit_passes_the_noisy_histogram():
