@@ -30,6 +30,7 @@ from .mechanisms._base import BaseLabelMechanism
 
 if TYPE_CHECKING:  # optional dependency: only named in hints
     from matplotlib.axes import Axes
+    from pandas import DataFrame
 
 __all__ = ["JointDensityDisplay", "PrivacyUtilityDisplay", "TransitionMatrixDisplay"]
 
@@ -454,9 +455,16 @@ class PrivacyUtilityDisplay:
 
     @classmethod
     def from_study(
-        cls, table, method, *, baseline=True, score_name="score", ax=None, plot=True,
-        **plot_kwargs,
-    ):
+        cls,
+        table: DataFrame | list[dict],
+        method: str,
+        *,
+        baseline: bool = True,
+        score_name: str = "score",
+        ax: Axes | None = None,
+        plot: bool = True,
+        **plot_kwargs: Any,
+    ) -> Self:
         """The curve of one method of a :func:`~skdp_label.study.privacy_utility_study` table.
 
         Parameters

@@ -86,6 +86,8 @@ def test_timed_out_fits_are_recorded_and_really_stopped(diabetes):
     from _slow_estimators import SlowOnFractionalLabels
 
     X, y = diabetes
+    # Children of earlier tests in this worker process (e.g. a Dask cluster) may remain.
+    children_before = set(multiprocessing.active_children())
     # The exponential mechanism on the grid 25, 132, 239, 346 (integer outputs, a 4x4
     # matrix: a fast fit). Warm the numba cache here so that the worker only loads it.
     grid = {"resolution": 107.0}
@@ -104,7 +106,8 @@ def test_timed_out_fits_are_recorded_and_really_stopped(diabetes):
     row = table[table["method"] == "laplace"].iloc[0]
     assert math.isnan(row["score"]) and "time limit" in row["error"]
     assert row["epsilon_spent"] == 2.0  # charged before the labels were randomized
-    assert not multiprocessing.active_children()  # the worker was killed, not left running
+    # The worker was killed, not left running.
+    assert set(multiprocessing.active_children()) <= children_before
 
 
 @pytest.mark.parametrize(
