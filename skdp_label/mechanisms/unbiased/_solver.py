@@ -53,7 +53,7 @@ import math
 import numpy as np
 from scipy import sparse
 from scipy.linalg import cho_factor, cho_solve, lstsq
-from scipy.optimize import linprog
+from scipy.optimize import linprog, nnls
 from ...utils._repr import public_repr
 
 __all__ = [
@@ -497,7 +497,11 @@ def _fixed_output_lp(y, p, e, cover, z):
     rays with positive weight and their weights ``t``, re-solved exactly on
     that support, or None.
     """
+    finite = np.isfinite(z)
+    cover, z = cover[:, finite], z[finite]
     k, n = cover.shape
+    if n == 0:
+        return None
     a = 1.0 + e * cover
     cost = (p * y * y) @ a - 2.0 * ((p * y) @ a) * z + (p @ a) * z * z
     low = 1.0 / (1.0 + e)
@@ -538,15 +542,15 @@ def _fixed_output_lp(y, p, e, cover, z):
     # Exact weights on the support (rounding-level residual).
     rays = np.vstack([a[:, support], a[:, support] * z[support][None, :]])
     target = np.concatenate([np.ones(k), y])
-    t = lstsq(rays, target, cond=1e-14, lapack_driver="gelsy")[0]
-    if np.any(t <= 0):
-        return None
+    # (non-negative least squares: a degenerate vertex may carry zero weights)
+    t = nnls(rays * low, target)[0] * low
+    support, t = support[t > 0], t[t > 0]
     # With the outputs held fixed that system may be consistent only to the
     # LP's tolerance; a minimum-norm move of (t, s = t z) closes it.
     t, s = _min_norm_repair(a[:, support], y, t, t * z[support])
     if np.any(t <= 0):
         return None
-    return support, t, s / t
+    return np.nonzero(finite)[0][support], t, s / t
 
 
 def _lp_support_solution(y, p, e, u, w, t_all, r, m, mask):
