@@ -284,3 +284,75 @@ def test_fallback_to_grid_lp_is_exact_and_warns(monkeypatch):
     assert np.isnan(mech.lower_bound_)
     lp = reference_grid_lp(np.array(prior[0]), np.array(prior[1]), mech.output_values_, 1.0)
     assert mech.noisy_label_loss_ <= lp * (1 + 1e-6)
+
+
+def _irregular_prior(rng, k):
+    """Random irregular prior: near-tied labels (relative distance 1e-7 to
+    1e-5, as found in issue 13), heavy-tailed or integer labels; zero
+    masses, sparse supports and a spike."""
+    kind = int(rng.integers(3))
+    if kind == 0:
+        y = np.sort(rng.uniform(0, 1, size=k))
+        idx = rng.choice(k - 1, size=max(1, k // 4), replace=False)
+        y[idx + 1] = y[idx] + rng.uniform(1, 5, size=idx.size) * 10.0 ** rng.integers(-7, -4)
+        y = np.unique(y)
+    elif kind == 1:
+        y = np.unique(np.cumsum(rng.pareto(1.0, size=k) + 1e-3))
+    else:
+        y = np.arange(k, dtype=float)
+    p = rng.gamma(rng.choice([0.1, 0.5, 2.0]), size=y.size)
+    p[rng.random(y.size) < rng.choice([0.0, 0.3, 0.7])] = 0.0
+    p[rng.integers(y.size)] += p.sum() * 0.5 + 1e-3
+    return y, p / p.sum()
+
+
+def _solve_and_check(y, p, eps):
+    from skdp_label.mechanisms.unbiased._solver import (
+        check_exact_mechanism,
+        mechanism_loss,
+        optimal_unbiased_continuous,
+    )
+
+    outputs, matrix, lower = optimal_unbiased_continuous(y, p, eps)
+    check_exact_mechanism(y, outputs, matrix, eps)
+    loss = mechanism_loss(y, p, outputs, matrix)
+    # The bound holds for every mechanism, so also for the returned one and
+    # for debiased randomized response (any prior, exact by construction).
+    rr = mechanism_loss(y, p, debiased_rr_outputs(y, eps), _rr_matrix(y.size, eps))
+    scale = float(p @ (y - p @ y) ** 2) + 1e-300
+    assert lower <= loss * (1 + 1e-12) + 1e-9 * scale
+    assert loss <= rr * (1 + 1e-9) + 1e-12 * scale
+    return loss, lower
+
+
+def _rr_matrix(k, eps):
+    m = np.full((k, k), 1.0 / (math.exp(eps) + k - 1))
+    np.fill_diagonal(m, math.exp(eps) / (math.exp(eps) + k - 1))
+    return m
+
+
+def test_many_irregular_priors_are_exact_and_mostly_certified():
+    # Issue 13: nearly tied labels made the solver fail on 27 of 30 priors
+    # and fall back to minutes of grid LP. Every prior must now give an
+    # exact mechanism without raising, never worse than debiased RR, with a
+    # valid lower bound; the bound must close (relative gap <= 1e-6, what
+    # the solver accepts) on at least 90 % of them (measured: 94-100 %
+    # on 200-prior sweeps, benchmarks/bench_unbiased_scaling.py).
+    rng = np.random.default_rng(2026)
+    certified, n = 0, 100
+    for _ in range(n):
+        y, p = _irregular_prior(rng, int(rng.integers(3, 10)))
+        eps = float(rng.choice([0.05, 0.3, 1.0, 3.0, 8.0]))
+        loss, lower = _solve_and_check(y, p, eps)
+        certified += loss - lower <= 1e-6 * loss
+    assert certified >= 0.9 * n
+
+
+@pytest.mark.parametrize("eps", [15.0, 22.0, 30.0])
+def test_large_epsilon_never_raises_and_is_exact(eps):
+    # Up to the library's cap for discrete mechanisms (30): sparse and
+    # near-tied priors used to raise here.
+    rng = np.random.default_rng(int(eps))
+    for _ in range(6):
+        y, p = _irregular_prior(rng, int(rng.integers(3, 8)))
+        _solve_and_check(y, p, eps)

@@ -609,7 +609,11 @@ def _fallback_rays(y, p, e, state, best, bound, slack):
         outputs.append(best[2])
     out = _fixed_output_lp(y, p, e, np.hstack(covers), np.concatenate(outputs))
     if out is None:
-        return best
+        if best is not None:
+            return best
+        # Debiased randomized response itself: singleton rays of weight
+        # 1 / (e + k) at Phi(y), exactly unbiased for any prior.
+        out = np.arange(k), np.full(k, 1.0 / (e + k)), outputs[0]
     support, t, z = out
     cover = np.hstack(covers)[:, support]
     loss = _ray_loss(y, p, e, cover, t, z)
