@@ -242,12 +242,23 @@ def _primal_dual_iterate(y, e, pat, u, w, t, *, tol, max_iter):
     n_pat = int(mask.sum())
     r, m = pat.reduced(u, w)
     b = np.concatenate([np.ones(k), y])
+    best_merit, stalled = None, 0
     for _ in range(max_iter):
         resid = b - np.concatenate([_weighted_sum(t, e), _weighted_sum(t * m, e)])
         gap = float((t * np.where(mask, r, 0.0)).sum())
         dual = float(u.sum() + w @ y)
-        if gap <= tol * max(abs(dual), 1e-300) and np.abs(resid).max() <= 1e-8:
+        infeas = float(np.abs(resid).max())
+        if gap <= tol * max(abs(dual), 1e-300) and infeas <= 1e-8:
             break
+        # Stalled (degenerate problems: labels a hair apart): stop after 15
+        # steps without halving the gap or the infeasibility.
+        merit = (gap, infeas)
+        if best_merit is None or merit[0] < 0.5 * best_merit[0] or merit[1] < 0.5 * best_merit[1]:
+            best_merit, stalled = merit, 0
+        else:
+            stalled += 1
+            if stalled >= 15:
+                break
         d = np.where(mask, t / np.where(mask, r, 1.0), 0.0)
         h_uu = _weighted_gram(d, e)
         h_uw = _weighted_gram(d * m, e)
@@ -482,7 +493,7 @@ def _min_norm_repair(a, y, t, s):
     return v_fix / c, sv_fix / c
 
 
-def _fixed_output_lp(y, p, e, cover, z):
+def _fixed_output_lp(y, p, e, cover, z, *, duals=False):
     """Best weights of the given rays with their outputs held at ``z``.
 
     With the outputs fixed the problem is the LP ``min c . t`` over
@@ -540,16 +551,29 @@ def _fixed_output_lp(y, p, e, cover, z):
     v = res.x
     support = np.nonzero(v > 1e-13 * v.max())[0]
     # Exact weights on the support (rounding-level residual).
-    rays = np.vstack([a[:, support], a[:, support] * z[support][None, :]])
     target = np.concatenate([np.ones(k), y])
-    # (non-negative least squares: a degenerate vertex may carry zero weights)
-    t = nnls(rays * low, target)[0] * low
-    support, t = support[t > 0], t[t > 0]
-    # With the outputs held fixed that system may be consistent only to the
-    # LP's tolerance; a minimum-norm move of (t, s = t z) closes it.
-    t, s = _min_norm_repair(a[:, support], y, t, t * z[support])
-    if np.any(t <= 0):
+    for _ in range(4):
+        # Non-negative least squares: a degenerate vertex may carry zero
+        # weights, dropped (with rounding-level ones) before the repair.
+        rays = np.vstack([a[:, support], a[:, support] * z[support][None, :]])
+        t = nnls(rays * low, target)[0] * low
+        big = t > 1e-13 * t.max()
+        support, t = support[big], t[big]
+        # With the outputs held fixed that system may be consistent only to
+        # the LP's tolerance; a minimum-norm move of (t, s = t z) closes it.
+        t, s = _min_norm_repair(a[:, support], y, t, t * z[support])
+        if np.all(t > 0):
+            break
+        support = support[t > 0]
+    else:
         return None
+    if duals:
+        # Duals of the differenced rows -> duals of the original rows.
+        lam = res.eqlin.marginals
+        lam_u, lam_w = lam[:k], lam[k:]
+        u = lam_u - np.append(lam_u[1:], 0.0)
+        w = lam_w - np.append(lam_w[1:], 0.0)
+        return np.nonzero(finite)[0][support], t, s / t, u, w
     return np.nonzero(finite)[0][support], t, s / t
 
 
@@ -592,11 +616,46 @@ def _lp_rays(y, p, e, cover, z, u, w):
     return polished if polished is not None else (cover, (t, z, u, w))
 
 
-def _fallback_rays(y, p, e, state, best, bound, slack):
-    """Fixed-output LP over every candidate ray; returns ``best``'s layout."""
+def _column_generation(y, p, e, cover, z, bound, slack, gap_tol, *, rounds=40):
+    """Fixed-output LP with exact pricing: add the ray of least reduced cost
+    (any pattern, its best output) under the LP's duals until the certified
+    gap closes. Returns ``(gap, t, z, cover, bound)`` of the last LP."""
+    best = None
+    for _ in range(rounds):
+        out = _fixed_output_lp(y, p, e, cover, z, duals=True)
+        if out is None:
+            break
+        support, t, z_s, u, w = out
+        lower, pattern = staircase_lower_bound(y, p, e, u, w, return_pattern=True)
+        bound = max(bound, lower)
+        cov_s = cover[:, support]
+        loss = _ray_loss(y, p, e, cov_s, t, z_s)
+        best = ((loss - bound - slack) / loss, t, z_s, cov_s, bound)
+        if best[0] <= gap_tol:
+            polished = _polish_positive(y, p, e, cov_s, t, u, w)
+            if polished is not None:
+                cov_p, (t_p, z_p, u_p, w_p) = polished
+                loss_p = _ray_loss(y, p, e, cov_p, t_p, z_p)
+                bound = max(bound, staircase_lower_bound(y, p, e, u_p, w_p))
+                if loss_p <= loss:
+                    best = ((loss_p - bound - slack) / loss_p, t_p, z_p, cov_p, bound)
+            break
+        cover = np.column_stack([cov_s, pattern])
+        z = np.append(z_s, _best_output(y, p, e, pattern, w))
+    return best
+
+
+def _fallback_rays(y, p, e, state, best, bound, slack, gap_tol):
+    """Column generation from every candidate ray; returns ``(best, bound)``.
+
+    Candidates: the rays the interior point kept (at the outputs minimising
+    their reduced cost), the best candidate so far, and debiased randomized
+    response's singleton rays, which make the LP feasible for any prior.
+    """
     k = y.size
     rows = np.arange(k)[:, None]
-    covers, outputs = [np.eye(k, dtype=bool)], [debiased_rr_outputs(y, math.log1p(e))]
+    rr_z = debiased_rr_outputs(y, math.log1p(e))
+    covers, outputs = [np.eye(k, dtype=bool)], [rr_z]
     if state is not None:
         pat, u, w, t_all = state
         r, m = pat.reduced(u, w)
@@ -607,20 +666,21 @@ def _fallback_rays(y, p, e, state, best, bound, slack):
     if best is not None:
         covers.append(best[3])
         outputs.append(best[2])
-    out = _fixed_output_lp(y, p, e, np.hstack(covers), np.concatenate(outputs))
-    if out is None:
-        if best is not None:
-            return best
+    found = _column_generation(
+        y, p, e, np.hstack(covers), np.concatenate(outputs), bound, slack, gap_tol
+    )
+    if found is not None:
+        bound = found[4]
+        if best is None or found[0] < best[0]:
+            best = found[:4]
+    if best is None:
         # Debiased randomized response itself: singleton rays of weight
         # 1 / (e + k) at Phi(y), exactly unbiased for any prior.
-        out = np.arange(k), np.full(k, 1.0 / (e + k)), outputs[0]
-    support, t, z = out
-    cover = np.hstack(covers)[:, support]
-    loss = _ray_loss(y, p, e, cover, t, z)
-    gap = (loss - bound - slack) / loss
-    if best is not None and best[0] <= gap:
-        return best
-    return gap, t, z, cover
+        t = np.full(k, 1.0 / (e + k))
+        cover = np.eye(k, dtype=bool)
+        loss = _ray_loss(y, p, e, cover, t, rr_z)
+        best = ((loss - bound - slack) / loss, t, rr_z, cover)
+    return best, bound
 
 
 def _polish_positive(y, p, e, cover, t, u, w):
@@ -721,9 +781,7 @@ def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-
         # rays the interior point kept plus debiased randomized response's
         # (which makes it feasible), at a fraction of the solver's time. The
         # bound reported stays a valid one, only not a tight one.
-        best = _fallback_rays(yn, p, e, state, best, bound, slack)
-        if best is None:
-            raise RuntimeError("optimal unbiased solver did not converge")
+        best, bound = _fallback_rays(yn, p, e, state, best, bound, slack, gap_tol)
     _, t, z, cover = best
     lower = bound
     a = 1.0 + e * cover
