@@ -149,13 +149,15 @@ def main():
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--sweep", type=int, default=200, help="random irregular priors")
     args = parser.parse_args()
-    print(f"load average {os.getloadavg()}, {os.cpu_count()} cores (shared machine: compare ratios)")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"load average {load} on {os.cpu_count()} cores (shared machine: compare ratios)")
     with threadpool_limits(limits=1):
         solve(*uniform(5), 1.0)  # warm-up
         eps = args.epsilon
         print(f"\nepsilon = {eps}; times in s; gap = (loss - certified bound) / loss")
         head = f"{'prior':<12}{'k':>6}{'time':>9}{'gap':>10}"
-        head += f"{'grid LP 4k':>12}{'LP loss/ours':>14}" + (f"{'old solver':>14}" if args.old else "")
+        head += f"{'grid LP 4k':>12}{'LP loss/ours':>14}"
+        head += f"{'old solver':>14}" if args.old else ""
         print(head)
         fits = {}
         for name, make in PRIORS.items():

@@ -356,3 +356,27 @@ def test_large_epsilon_never_raises_and_is_exact(eps):
     for _ in range(6):
         y, p = _irregular_prior(rng, int(rng.integers(3, 8)))
         _solve_and_check(y, p, eps)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fixed_output_lp_matches_reference_grid_lp(seed):
+    # With every staircase ray (any pattern) at every grid point, the
+    # fallback's fixed-output LP (differenced rows, rays in units of their
+    # high entries, exact NNLS re-solve and repair) is 001's grid LP.
+    from skdp_label.mechanisms.unbiased._solver import _fixed_output_lp, _ray_loss
+
+    rng = np.random.default_rng(seed)
+    k, eps = 4, float(rng.choice([0.5, 2.0]))
+    y, p = random_prior(rng, k, zeros=seed == 2)
+    grid = feasible_output_set(y, eps, 9)
+    patterns = np.array(list(itertools.product([False, True], repeat=k))[:-1]).T  # 2^k - 1
+    cover = np.repeat(patterns, grid.size, axis=1)
+    z = np.tile(grid, patterns.shape[1])
+    e = math.expm1(eps)
+    support, t, z_s = _fixed_output_lp(y, p, e, cover, z)
+    a = 1.0 + e * cover[:, support]
+    np.testing.assert_allclose(a @ t, 1.0, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a @ (t * z_s), y, rtol=0, atol=1e-9 * (y.max() - y.min()))
+    np.testing.assert_allclose(z_s, z[support], rtol=1e-6, atol=1e-6)
+    loss = _ray_loss(y, p, e, cover[:, support], t, z_s)
+    assert loss == pytest.approx(reference_grid_lp(y, p, grid, eps), rel=1e-6)

@@ -25,13 +25,25 @@ Structure used here
   corrector with the curvature of ``r_j`` in its corrector) takes Newton
   steps in ``2k`` dimensions; sums over all interval patterns of
   ``d_j a_j a_j^T`` are 2-D prefix sums, so a step costs ``O(k^2)`` plus a
-  ``2k x 2k`` Cholesky factorisation.
+  ``2k x 2k`` Cholesky factorisation (ridge-stabilised when the matrix is
+  singular to rounding error, as it becomes on degenerate problems).
 * The patterns with ``t_j >> r_j`` are the optimal ones; Newton's method on
   the optimality conditions restricted to them (weights, duals, outputs
   ``z_j = argmin_z`` of each pattern's reduced cost) then converges to
   rounding error. Patterns left out are found by exact pricing (below) and
   added; patterns made redundant by ties get a non-positive weight and
   are dropped.
+* Degenerate problems (labels a relative 1e-6 apart, many zero masses)
+  make that Newton system singular and the support ambiguous. Then the
+  outputs are held at the interior point's ``z_j`` and the weights come
+  from an LP over every ray not yet ruled out (HiGHS; rows differenced so
+  that an interval ray has three entries per block): the loss is
+  second-order in the error of the outputs, so the certificate still
+  closes. If it does not (e.g. epsilon >~ 15, where the reduced costs lose
+  ``e^eps`` times the rounding), column generation with exact pricing from
+  the LP's duals, started from those rays and debiased randomized
+  response's (feasible for any prior), gives the mechanism and a valid,
+  looser bound; nothing is raised.
 * Certificate: for *any* duals ``(u, w)`` and any epsilon-DP unbiased
   mechanism (any staircase pattern, not only intervals; any output value)
   the loss is at least ``sum u + sum w y + min(0, min_{S, z} rc(S, z))``
@@ -496,6 +508,9 @@ def _min_norm_repair(a, y, t, s):
 def _fixed_output_lp(y, p, e, cover, z, *, duals=False):
     """Best weights of the given rays with their outputs held at ``z``.
 
+    ``cover`` (k x n, boolean) holds each ray's set of high entries (any
+    set: intervals, or patterns found by pricing).
+
     With the outputs fixed the problem is the LP ``min c . t`` over
     ``t >= 0`` with rows summing to 1 and means equal to ``y`` (``c_j`` the
     prior-weighted squared error of ray ``j`` at ``z_j``). It stays well
@@ -517,23 +532,16 @@ def _fixed_output_lp(y, p, e, cover, z, *, duals=False):
     cost = (p * y * y) @ a - 2.0 * ((p * y) @ a) * z + (p @ a) * z * z
     low = 1.0 / (1.0 + e)
     high = e * low
-    ls = np.argmax(cover, axis=0)
-    rs = k - 1 - np.argmax(cover[::-1], axis=0)
+    # Row i minus row i - 1 of a ray is +-e where its pattern starts or
+    # stops (once each for an interval; any pattern works).
+    steps_i, steps_j = np.nonzero(np.diff(cover.astype(np.int8), axis=0))
+    signs = np.diff(cover.astype(np.int8), axis=0)[steps_i, steps_j]
     cols = np.arange(n)
     row_idx, col_idx, vals = [], [], []
     for block, coef in ((0, np.ones(n)), (k, z)):
-        # Row 0 of the block: the ray itself at input 0.
-        row_idx.append(np.full(n, block))
-        col_idx.append(cols)
-        vals.append(coef * (low + high * cover[0]))
-        up = ls > 0  # entry rises at l
-        row_idx.append(block + ls[up])
-        col_idx.append(cols[up])
-        vals.append(coef[up] * high)
-        down = rs < k - 1  # and falls after r
-        row_idx.append(block + rs[down] + 1)
-        col_idx.append(cols[down])
-        vals.append(-coef[down] * high)
+        row_idx += [np.full(n, block), block + 1 + steps_i]
+        col_idx += [cols, steps_j]
+        vals += [coef * (low + high * cover[0]), coef[steps_j] * high * signs]
     a_eq = sparse.csc_matrix(
         (np.concatenate(vals), (np.concatenate(row_idx), np.concatenate(col_idx))),
         shape=(2 * k, n),
@@ -712,9 +720,11 @@ def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-
         method.
     gap_tol : float
         Accepted relative gap between the loss and the certified lower
-        bound; otherwise the path is followed further. When the path
-        cannot go further, a gap up to 1e-6 is accepted (degenerate
-        problems with ties); beyond that RuntimeError is raised.
+        bound; otherwise the path is followed further (three rounds at
+        most). A gap up to 1e-6 is accepted (degenerate problems with
+        ties); beyond that the LP fallback of the module docstring gives
+        an exact mechanism, never worse than debiased randomized response,
+        and ``lower_bound`` stays valid but is not tight.
 
     Returns
     -------
