@@ -142,8 +142,12 @@ def _weighted_gram(d, e):
 
 def _weighted_sum(d, e):
     """sum_j d_j a_j over all interval patterns."""
-    v = np.diag(_cover_sums(d))
-    return d.sum() + e * v
+    # Weight of the patterns covering m: those starting at or before m minus
+    # those (starting and) ending before m -- O(k^2) once, no 2-D prefix sums.
+    rows = d.sum(axis=1)
+    cols = d.sum(axis=0)
+    v = np.cumsum(rows) - np.concatenate([[0.0], np.cumsum(cols)[:-1]])
+    return rows.sum() + e * v
 
 
 class _Patterns:
