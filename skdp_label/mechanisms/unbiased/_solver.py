@@ -589,6 +589,17 @@ def _fixed_output_lp(y, p, e, cover, z, *, duals=False):
     return np.nonzero(finite)[0][support], t, s / t
 
 
+def _candidate_rays(mask, t_all, r):
+    """Rays the interior point has not ruled out (weight not negligible next
+    to the reduced cost), at most the ``4k`` most promising ones."""
+    ratio = np.where(mask, t_all / np.maximum(np.abs(r), 1e-300), 0.0)
+    keep = ratio > 1e-9
+    limit = 4 * mask.shape[0]
+    if keep.sum() > limit:
+        keep &= ratio >= np.partition(ratio.ravel(), -limit)[-limit]
+    return keep
+
+
 def _lp_support_solution(y, p, e, u, w, t_all, r, m, mask):
     """Optimal rays by the fixed-output LP when Newton's polish fails.
 
@@ -599,7 +610,7 @@ def _lp_support_solution(y, p, e, u, w, t_all, r, m, mask):
     """
     k = y.size
     rows = np.arange(k)[:, None]
-    keep = mask & (t_all > 1e-9 * r)
+    keep = _candidate_rays(mask, t_all, r)
     ls, rs = np.nonzero(keep)
     cover = (rows >= ls[None, :]) & (rows <= rs[None, :])
     return _lp_rays(y, p, e, cover, m[keep], u, w)
@@ -671,7 +682,7 @@ def _fallback_rays(y, p, e, state, best, bound, slack, gap_tol):
     if state is not None:
         pat, u, w, t_all = state
         r, m = pat.reduced(u, w)
-        keep = pat.mask & (t_all > 1e-9 * np.abs(r))
+        keep = _candidate_rays(pat.mask, t_all, r)
         ls, rs = np.nonzero(keep)
         covers.append((rows >= ls[None, :]) & (rows <= rs[None, :]))
         outputs.append(m[keep])
