@@ -639,7 +639,7 @@ def _lp_rays(y, p, e, cover, z, u, w):
     return polished if polished is not None else (cover, (t, z, u, w))
 
 
-def _column_generation(y, p, e, cover, z, bound, slack, gap_tol, *, rounds=40):
+def _column_generation(y, p, e, cover, z, bound, slack, gap_tol, *, rounds=10):
     """Fixed-output LP with exact pricing: add the ray of least reduced cost
     (any pattern, its best output) under the LP's duals until the certified
     gap closes. Returns ``(gap, t, z, cover, bound)`` of the last LP."""
