@@ -568,7 +568,9 @@ def _fixed_output_lp(y, p, e, cover, z, *, duals=False):
         # Non-negative least squares: a degenerate vertex may carry zero
         # weights, dropped (with rounding-level ones) before the repair.
         rays = np.vstack([a[:, support], a[:, support] * z[support][None, :]])
-        t = nnls(rays * low, target)[0] * low
+        t = lstsq(rays * low, target, cond=1e-14, lapack_driver="gelsy")[0] * low
+        if np.any(t <= 0):  # NNLS (an active-set method) only when needed
+            t = nnls(rays * low, target)[0] * low
         big = t > 1e-13 * t.max()
         support, t = support[big], t[big]
         # With the outputs held fixed that system may be consistent only to
