@@ -286,3 +286,99 @@ def test_fallback_to_grid_lp_is_exact_and_warns(monkeypatch):
     assert np.isnan(mech.lower_bound_)
     lp = reference_grid_lp(np.array(prior[0]), np.array(prior[1]), mech.output_values_, 1.0)
     assert mech.noisy_label_loss_ <= lp * (1 + 1e-6)
+
+
+def _irregular_prior(rng, k):
+    """Random irregular prior: near-tied labels (relative distance 1e-7 to
+    1e-5, as found in issue 13), heavy-tailed or integer labels; zero
+    masses, sparse supports and a spike."""
+    kind = int(rng.integers(3))
+    if kind == 0:
+        y = np.sort(rng.uniform(0, 1, size=k))
+        idx = rng.choice(k - 1, size=max(1, k // 4), replace=False)
+        y[idx + 1] = y[idx] + rng.uniform(1, 5, size=idx.size) * 10.0 ** rng.integers(-7, -4)
+        y = np.unique(y)
+    elif kind == 1:
+        y = np.unique(np.cumsum(rng.pareto(1.0, size=k) + 1e-3))
+    else:
+        y = np.arange(k, dtype=float)
+    p = rng.gamma(rng.choice([0.1, 0.5, 2.0]), size=y.size)
+    p[rng.random(y.size) < rng.choice([0.0, 0.3, 0.7])] = 0.0
+    p[rng.integers(y.size)] += p.sum() * 0.5 + 1e-3
+    return y, p / p.sum()
+
+
+def _solve_and_check(y, p, eps):
+    from skdp_label.mechanisms.unbiased._solver import (
+        check_exact_mechanism,
+        mechanism_loss,
+        optimal_unbiased_continuous,
+    )
+
+    outputs, matrix, lower = optimal_unbiased_continuous(y, p, eps)
+    check_exact_mechanism(y, outputs, matrix, eps)
+    loss = mechanism_loss(y, p, outputs, matrix)
+    # The bound holds for every mechanism, so also for the returned one and
+    # for debiased randomized response (any prior, exact by construction).
+    rr = mechanism_loss(y, p, debiased_rr_outputs(y, eps), _rr_matrix(y.size, eps))
+    scale = float(p @ (y - p @ y) ** 2) + 1e-300
+    assert lower <= loss * (1 + 1e-12) + 1e-9 * scale
+    assert loss <= rr * (1 + 1e-9) + 1e-12 * scale
+    return loss, lower
+
+
+def _rr_matrix(k, eps):
+    m = np.full((k, k), 1.0 / (math.exp(eps) + k - 1))
+    np.fill_diagonal(m, math.exp(eps) / (math.exp(eps) + k - 1))
+    return m
+
+
+def test_many_irregular_priors_are_exact_and_mostly_certified():
+    # Issue 13: nearly tied labels made the solver fail on 27 of 30 priors
+    # and fall back to minutes of grid LP. Every prior must now give an
+    # exact mechanism without raising, never worse than debiased RR, with a
+    # valid lower bound; the bound must close (relative gap <= 1e-6, what
+    # the solver accepts) on at least 90 % of them (measured: 93-95 % on
+    # 200-prior sweeps of this generator with k up to 20).
+    rng = np.random.default_rng(2026)
+    certified, n = 0, 100
+    for _ in range(n):
+        y, p = _irregular_prior(rng, int(rng.integers(3, 10)))
+        eps = float(rng.choice([0.05, 0.3, 1.0, 3.0, 8.0]))
+        loss, lower = _solve_and_check(y, p, eps)
+        certified += loss - lower <= 1e-6 * loss
+    assert certified >= 0.9 * n
+
+
+@pytest.mark.parametrize("eps", [15.0, 22.0, 30.0])
+def test_large_epsilon_never_raises_and_is_exact(eps):
+    # Up to the library's cap for discrete mechanisms (30): sparse and
+    # near-tied priors used to raise here.
+    rng = np.random.default_rng(int(eps))
+    for _ in range(6):
+        y, p = _irregular_prior(rng, int(rng.integers(3, 8)))
+        _solve_and_check(y, p, eps)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fixed_output_lp_matches_reference_grid_lp(seed):
+    # With every staircase ray (any pattern) at every grid point, the
+    # fallback's fixed-output LP (differenced rows, rays in units of their
+    # high entries, exact NNLS re-solve and repair) is 001's grid LP.
+    from skdp_label.mechanisms.unbiased._solver import _fixed_output_lp, _ray_loss
+
+    rng = np.random.default_rng(seed)
+    k, eps = 4, float(rng.choice([0.5, 2.0]))
+    y, p = random_prior(rng, k, zeros=seed == 2)
+    grid = feasible_output_set(y, eps, 9)
+    patterns = np.array(list(itertools.product([False, True], repeat=k))[:-1]).T  # 2^k - 1
+    cover = np.repeat(patterns, grid.size, axis=1)
+    z = np.tile(grid, patterns.shape[1])
+    e = math.expm1(eps)
+    support, t, z_s = _fixed_output_lp(y, p, e, cover, z)
+    a = 1.0 + e * cover[:, support]
+    np.testing.assert_allclose(a @ t, 1.0, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a @ (t * z_s), y, rtol=0, atol=1e-9 * (y.max() - y.min()))
+    np.testing.assert_allclose(z_s, z[support], rtol=1e-6, atol=1e-6)
+    loss = _ray_loss(y, p, e, cover[:, support], t, z_s)
+    assert loss == pytest.approx(reference_grid_lp(y, p, grid, eps), rel=1e-6)

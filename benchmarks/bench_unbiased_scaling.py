@@ -1,0 +1,209 @@
+"""Scaling of the optimal unbiased solver in |Y| (issue 13), one core.
+
+For each prior shape and |Y| = k it times ``optimal_unbiased_continuous``
+(interior point + polish + certified lower bound) and checks the result
+(exact mechanism, relative gap between loss and certified bound), next to
+references measured in the same run:
+
+* the compact grid LP of paper 001 (Alg. 1 on the Alg. 2 grid of 4k
+  points) solved by scipy's HiGHS, on k up to ``--lp-max`` only;
+* optionally the solver of another checkout (``--old /work/main``), loaded
+  from that path in a subprocess, on k up to ``--old-max``.
+
+It also runs a sweep of random irregular priors (near-tied labels, zero
+masses, heavy tails, sparse supports; epsilon 0.05 to 30) and reports how
+many certify, how many need the LP fallback and the times. The machine's
+load average is printed: on a shared machine compare ratios, not seconds.
+
+Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_unbiased_scaling.py``
+(``--sizes 50 200 1000`` to choose k, ``--sweep 0`` to skip the sweep).
+"""
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+
+from skdp_label.mechanisms.unbiased import feasible_output_set  # noqa: E402
+from skdp_label.mechanisms.unbiased._grid import _grid_lp  # noqa: E402
+from skdp_label.mechanisms.unbiased._solver import (  # noqa: E402
+    check_exact_mechanism,
+    mechanism_loss,
+    optimal_unbiased_continuous,
+)
+
+
+def census_like(k):
+    """Weeks-worked shape (bench_unbiased.census_prior) stretched to k values."""
+    y = np.arange(k, dtype=float)
+    x = y / (k - 1) * 51 + 1
+    p = np.exp(-(((x - 30) / 18) ** 2)) * 0.3 + 0.1
+    p = p / p.sum() * 0.35
+    for week, mass in {52: 0.40, 50: 0.05, 48: 0.05, 40: 0.06, 26: 0.03, 12: 0.02}.items():
+        p[int(round((week - 1) / 51 * (k - 1)))] += mass
+    return y, p / p.sum()
+
+
+def uniform(k):
+    return np.arange(k, dtype=float), np.full(k, 1.0 / k)
+
+
+def near_ties(k, seed=0):
+    """Irregular labels, a quarter of them a relative 1e-6 from a neighbour,
+    30 % zero masses."""
+    rng = np.random.default_rng(seed)
+    y = np.sort(rng.uniform(0, 1, size=k))
+    idx = rng.choice(k - 1, size=k // 4, replace=False)
+    y[idx + 1] = y[idx] + rng.uniform(1, 5, size=idx.size) * 1e-6
+    y = np.unique(y)
+    p = rng.gamma(0.5, size=y.size)
+    p[rng.random(y.size) < 0.3] = 0.0
+    p[0] += 1e-3
+    return y, p / p.sum()
+
+
+PRIORS = {"census-like": census_like, "uniform": uniform, "near-ties": near_ties}
+
+
+def irregular_prior(rng, k):
+    kind = int(rng.integers(4))
+    if kind == 0:
+        return near_ties(k, int(rng.integers(1 << 30)))
+    if kind == 1:
+        y = np.unique(np.cumsum(rng.pareto(1.0, size=k) + 1e-3))
+    elif kind == 2:
+        y = np.arange(k, dtype=float)
+    else:
+        c = rng.uniform(-1e3, 1e3, size=3)
+        y = np.unique(c[rng.integers(3, size=k)] + rng.normal(size=k) * 10.0 ** rng.integers(-4, 1))
+    p = rng.gamma(rng.choice([0.1, 0.5, 2.0]), size=y.size)
+    p[rng.random(y.size) < rng.choice([0.0, 0.3, 0.7])] = 0.0
+    p[rng.integers(y.size)] += p.sum() * 0.5 + 1e-3
+    return y, p / p.sum()
+
+
+def solve(y, p, eps):
+    t0 = time.perf_counter()
+    outputs, matrix, lower = optimal_unbiased_continuous(y, p, eps)
+    elapsed = time.perf_counter() - t0
+    check_exact_mechanism(y, outputs, matrix, eps)
+    loss = mechanism_loss(y, p, outputs, matrix)
+    return elapsed, loss, (loss - lower) / loss
+
+
+def grid_lp(y, p, eps, n):
+    grid = feasible_output_set(y, eps, n)
+    center, half = 0.5 * (y[0] + y[-1]), 0.5 * (y[-1] - y[0])
+    t0 = time.perf_counter()
+    matrix = _grid_lp((y - center) / half, p, (grid - center) / half, math.expm1(eps))
+    return time.perf_counter() - t0, mechanism_loss(y, p, grid, matrix)
+
+
+_OLD_SNIPPET = """
+import json, sys, time, numpy as np
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+from bench_unbiased_scaling import PRIORS
+from skdp_label.mechanisms.unbiased._solver import optimal_unbiased_continuous
+name, k, eps = sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+y, p = PRIORS[name](k)
+t0 = time.perf_counter()
+try:
+    optimal_unbiased_continuous(y, p, eps); ok = True
+except RuntimeError:
+    ok = False
+print(json.dumps([time.perf_counter() - t0, ok]))
+"""
+
+
+def old_solver_time(old_root, name, k, eps, timeout):
+    """Time of the solver in another checkout, in a fresh one-thread process."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    args = [sys.executable, "-c", _OLD_SNIPPET, old_root, str(Path(__file__).parent), name, str(k),
+            str(eps)]
+    try:
+        out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout)
+        elapsed, ok = json.loads(out.stdout.strip().splitlines()[-1])
+        return f"{elapsed:.2f}" + ("" if ok else " (raised)")
+    except subprocess.TimeoutExpired:
+        return f">{timeout:.0f}"
+    except (IndexError, ValueError):
+        return "error"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[50, 200, 1000, 2000, 5000])
+    parser.add_argument("--epsilon", type=float, default=1.0)
+    parser.add_argument("--lp-max", type=int, default=100, help="largest k for the grid LP")
+    parser.add_argument("--old", default=None, help="checkout with the solver to compare")
+    parser.add_argument("--old-max", type=int, default=1000)
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--sweep", type=int, default=200, help="random irregular priors")
+    args = parser.parse_args()
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"load average {load} on {os.cpu_count()} cores (shared machine: compare ratios)")
+    with threadpool_limits(limits=1):
+        solve(*uniform(5), 1.0)  # warm-up
+        eps = args.epsilon
+        print(f"\nepsilon = {eps}; times in s; gap = (loss - certified bound) / loss")
+        head = f"{'prior':<12}{'k':>6}{'time':>9}{'gap':>10}"
+        head += f"{'grid LP 4k':>12}{'LP loss/ours':>14}"
+        head += f"{'old solver':>14}" if args.old else ""
+        print(head)
+        fits = {}
+        for name, make in PRIORS.items():
+            for k in args.sizes:
+                y, p = make(k)
+                try:
+                    elapsed, loss, gap = solve(y, p, eps)
+                    row = f"{name:<12}{y.size:>6}{elapsed:>9.2f}{gap:>10.1e}"
+                    fits.setdefault(name, []).append((y.size, elapsed))
+                except (RuntimeError, MemoryError) as exc:
+                    row = f"{name:<12}{y.size:>6}{'failed':>9}{type(exc).__name__:>10}"
+                    loss = float("nan")
+                if k <= args.lp_max:
+                    t_lp, lp_loss = grid_lp(y, p, eps, 4 * y.size)
+                    row += f"{t_lp:>12.2f}{lp_loss / loss:>14.6f}"
+                else:
+                    row += f"{'':>12}{'':>14}"
+                if args.old and k <= args.old_max:
+                    row += f"{old_solver_time(args.old, name, k, eps, args.timeout):>14}"
+                print(row, flush=True)
+        print("\ngrowth exponent of the time in k (least squares on log-log, k >= 200):")
+        for name, pts in fits.items():
+            pts = [(k, t) for k, t in pts if k >= 200]
+            if len(pts) >= 2:
+                slope = np.polyfit(np.log([k for k, _ in pts]), np.log([t for _, t in pts]), 1)[0]
+                print(f"  {name:<12} {slope:.2f}")
+
+        if args.sweep:
+            rng = np.random.default_rng(13)
+            times, gaps, fails = [], [], 0
+            for _ in range(args.sweep):
+                y, p = irregular_prior(rng, int(rng.integers(5, 60)))
+                e = float(rng.choice([0.05, 0.3, 1.0, 3.0, 8.0, 15.0, 22.0, 30.0]))
+                try:
+                    elapsed, _, gap = solve(y, p, e)
+                    times.append(elapsed)
+                    gaps.append(gap)
+                except RuntimeError:
+                    fails += 1
+            gaps = np.array(gaps)
+            print(f"\nsweep of {args.sweep} irregular priors (k 5-60, epsilon 0.05-30): "
+                  f"{fails} raised, {(gaps <= 1e-6).sum()} certified (gap <= 1e-6), "
+                  f"{(gaps > 1e-6).sum()} by the LP fallback (valid bound, larger gap); "
+                  f"time median {np.median(times):.3f} s, 95 % {np.quantile(times, 0.95):.2f} s, "
+                  f"max {max(times):.2f} s")
+
+
+if __name__ == "__main__":
+    main()
