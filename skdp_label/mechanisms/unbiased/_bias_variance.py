@@ -70,14 +70,12 @@ import math
 
 import numpy as np
 from scipy import sparse
-from scipy.linalg import cho_factor, cho_solve, lstsq
+from scipy.linalg import lstsq
 from scipy.optimize import linprog
 
 from ._solver import (
-    _max_step_quadratic,
     _Patterns,
-    _weighted_gram,
-    _weighted_sum,
+    _primal_dual_iterate,
     debiased_rr_outputs,
     staircase_lower_bound,
 )
@@ -156,92 +154,14 @@ def _dual_value(y, u, w, diag):
 
 
 def _interior_point(state, c, u, w, t, *, tol, max_iter=200):
-    """Primal-dual path of the penalised problem (see the module docstring).
-
-    Same Newton step as :func:`._solver._primal_dual_iterate` (Mehrotra
-    predictor-corrector with the curvature of ``r_j``), on the unknowns
-    ``(u, w_free)``. Returns ``(u, w, t, r)``.
-    """
-    y, p, e, pat = state.y, state.p, state.e, state.patterns
-    k = y.size
-    mask = pat.mask
-    n_pat = int(mask.sum())
-    free = _free_means(p, c)
-    fi = np.flatnonzero(free)
-    diag = _penalty_diag(p, c)
-    nf = fi.size
-    r, m = pat.reduced(u, w)
-    for _ in range(max_iter):
-        mean_target = y - w * diag
-        resid = np.concatenate(
-            [1.0 - _weighted_sum(t, e), (mean_target - _weighted_sum(t * m, e))[fi]]
-        )
-        gap = float((t * np.where(mask, r, 0.0)).sum())
-        dual = _dual_value(y, u, w, diag)
-        scale = max(abs(dual), 1e-14)
-        if gap <= tol * scale and np.abs(resid).max() <= 1e-8:
-            break
-        d = np.where(mask, t / np.where(mask, r, 1.0), 0.0)
-        h_uu = _weighted_gram(d, e)
-        h_uw = _weighted_gram(d * m, e)[:, fi]
-        h_ww = _weighted_gram(d * m * m + t / (2.0 * pat.alpha), e)[np.ix_(fi, fi)]
-        h_ww[np.diag_indices(nf)] += diag[fi]
-        hess = np.block([[h_uu, h_uw], [h_uw.T, h_ww]])
-        try:
-            factor = cho_factor(hess, check_finite=False)
-            solve = lambda rhs: cho_solve(factor, rhs, check_finite=False)  # noqa: E731
-        except np.linalg.LinAlgError:
-            solve = lambda rhs: np.linalg.lstsq(hess, rhs, rcond=None)[0]  # noqa: E731
-        inv_r = np.where(mask, 1.0 / np.where(mask, r, 1.0), 0.0)
-
-        def direction(mu, corr=0.0):
-            target = (mu - corr) * inv_r
-            cvec = t - target
-            rhs = resid + np.concatenate(
-                [_weighted_sum(cvec, e), _weighted_sum(cvec * m, e)[fi]]
-            )
-            dl = solve(rhs)
-            du = dl[:k]
-            dw = np.zeros(k)
-            dw[fi] = dl[k:]
-            adu = pat.apply(du)
-            adw = pat.apply(dw)
-            dr1 = -adu - m * adw
-            dr2 = -(adw * adw) / (2.0 * pat.alpha)
-            dt = target - t - d * dr1
-            return du, dw, dt, dr1, dr2
-
-        def step_lengths(dt, dr1, dr2):
-            neg = mask & (dt < 0)
-            a_p = min(1.0, float((-t[neg] / dt[neg]).min())) if neg.any() else 1.0
-            a_d = _max_step_quadratic(r[mask], dr1[mask], dr2[mask])
-            return a_p, a_d
-
-        mu_now = gap / n_pat
-        du, dw, dt, dr1, dr2 = direction(0.0)
-        a_p, a_d = step_lengths(dt, dr1, dr2)
-        r_aff = r + a_d * dr1 + 0.5 * a_d * a_d * dr2
-        mu_aff = float(((t + a_p * dt) * np.where(mask, r_aff, 0.0)).sum()) / n_pat
-        sigma = min(1.0, (mu_aff / mu_now) ** 3) if mu_now > 0 else 0.0
-        corr = np.where(mask, dt * (dr1 + 0.5 * dr2) + 0.5 * t * dr2, 0.0)
-        best = None
-        for cc in (corr, 0.0):
-            cand = direction(sigma * mu_now, cc)
-            lengths = step_lengths(*cand[2:])
-            if best is None or min(lengths) > min(best[1]):
-                best = (cand, lengths)
-        (du, dw, dt, dr1, dr2), (a_p, a_d) = best
-        a_p, a_d = 0.99 * a_p, 0.99 * a_d
-        t_new = np.where(mask, t + a_p * dt, 0.0)
-        u_new, w_new = u + a_d * du, w + a_d * dw
-        r_new, m_new = pat.reduced(u_new, w_new)
-        while np.any(r_new[mask] <= 0) and a_d > 1e-12:
-            a_d *= 0.5
-            u_new, w_new = u + a_d * du, w + a_d * dw
-            r_new, m_new = pat.reduced(u_new, w_new)
-        if np.any(r_new[mask] <= 0):
-            break
-        t, u, w, r, m = t_new, u_new, w_new, r_new, m_new
+    """Primal-dual path of the penalised problem (see the module docstring):
+    the unbiased solver's Newton steps with the penalty's diagonal on the
+    free means. Returns ``(u, w, t, r)``."""
+    diag = _penalty_diag(state.p, c)
+    u, w, t, r, _, _ = _primal_dual_iterate(
+        state.y, state.e, state.patterns, u, w, t, tol=tol, max_iter=max_iter,
+        penalty=(diag, np.flatnonzero(_free_means(state.p, c))),
+    )
     return u, w, t, r
 
 

@@ -252,17 +252,27 @@ def _primal_dual_path(y, p, e, *, tol, state=None, max_iter=200):
     return _primal_dual_iterate(y, e, pat, u, w, t, tol=tol, max_iter=max_iter)
 
 
-def _primal_dual_iterate(y, e, pat, u, w, t, *, tol, max_iter):
+def _primal_dual_iterate(y, e, pat, u, w, t, *, tol, max_iter, penalty=None):
+    """Mehrotra predictor-corrector steps on the duals ``(u, w)`` and weights ``t``.
+
+    ``penalty=(diag, free)`` solves the bias-regularised problem of
+    :mod:`._bias_variance` instead: only the rows ``free`` keep a mean row,
+    whose target becomes ``y - w * diag`` (the dual gains
+    ``-w @ (w * diag) / 2``, the Newton matrix ``diag`` on its w-block); the
+    other rows have ``w = 0``. ``None``: every mean equals ``y`` (unbiased).
+    """
     k = y.size
     mask = pat.mask
     n_pat = int(mask.sum())
+    diag, free = (np.zeros(k), slice(None)) if penalty is None else penalty
     r, m = pat.reduced(u, w)
-    b = np.concatenate([np.ones(k), y])
     best_merit, stalled = None, 0
     for _ in range(max_iter):
-        resid = b - np.concatenate([_weighted_sum(t, e), _weighted_sum(t * m, e)])
+        resid = np.concatenate(
+            [1.0 - _weighted_sum(t, e), (y - w * diag - _weighted_sum(t * m, e))[free]]
+        )
         gap = float((t * np.where(mask, r, 0.0)).sum())
-        dual = float(u.sum() + w @ y)
+        dual = float(u.sum() + w @ y - 0.5 * (w @ (w * diag)))
         infeas = float(np.abs(resid).max())
         if gap <= tol * max(abs(dual), 1e-300) and infeas <= 1e-8:
             break
@@ -277,10 +287,11 @@ def _primal_dual_iterate(y, e, pat, u, w, t, *, tol, max_iter):
                 break
         d = np.where(mask, t / np.where(mask, r, 1.0), 0.0)
         h_uu = _weighted_gram(d, e)
-        h_uw = _weighted_gram(d * m, e)
-        h_ww = _weighted_gram(d * m * m + t / (2.0 * pat.alpha), e)
+        h_uw = _weighted_gram(d * m, e)[:, free]
+        h_ww = _weighted_gram(d * m * m + t / (2.0 * pat.alpha), e)[free][:, free]
+        h_ww[np.diag_indices(h_ww.shape[0])] += diag[free]
         try:
-            solve = _ridge_cholesky(np.block([[h_uu, h_uw], [h_uw, h_ww]]))
+            solve = _ridge_cholesky(np.block([[h_uu, h_uw], [h_uw.T, h_ww]]))
         except np.linalg.LinAlgError:
             break  # keep the last interior point
         inv_r = np.where(mask, 1.0 / np.where(mask, r, 1.0), 0.0)
@@ -291,9 +302,10 @@ def _primal_dual_iterate(y, e, pat, u, w, t, *, tol, max_iter):
             # Right-hand side b - sum_j (mu / r_j) g_j = resid + sum (t - mu/r) g.
             target = (mu - corr) * inv_r
             c = t - target
-            rhs = resid + np.concatenate([_weighted_sum(c, e), _weighted_sum(c * m, e)])
+            rhs = resid + np.concatenate([_weighted_sum(c, e), _weighted_sum(c * m, e)[free]])
             dl = solve(rhs)
-            du, dw = dl[:k], dl[k:]
+            du, dw = dl[:k], np.zeros(k)
+            dw[free] = dl[k:]
             adu = pat.apply(du)
             adw = pat.apply(dw)
             dr1 = -adu - m * adw  # first-order change of r
