@@ -14,7 +14,7 @@ from sklearn.svm import SVR
 
 from skdp_label import BudgetAccountant, LabelDPRegressor
 from skdp_label.estimators import effective_sample_size
-from skdp_label.mechanisms import AutoRegression, OptimalUnbiased, RROnBins
+from skdp_label.mechanisms import BiasVarianceRandomizer, AutoRegression, OptimalUnbiased, RROnBins
 from skdp_label.mechanisms.auto import AUTO_CANDIDATES, bias_and_variance, predicted_risk
 
 from _audit import assert_exactly_private, assert_no_random_state, audit_prior_is_noisy, audit_sampler
@@ -66,6 +66,8 @@ def test_auto_picks_the_least_predicted_risk_of_the_standalone_mechanisms(seed, 
     for name, make in [
         ("rr-on-bins", lambda: RROnBins(epsilon, prior=(values, probs)).fit(values[:1])),
         ("unbiased", lambda: OptimalUnbiased(epsilon, prior=(values, probs)).fit(values[:1])),
+        ("bias-variance", lambda: BiasVarianceRandomizer(
+            epsilon, prior=(values, probs), bias_weight=n_eff).fit(values[:1])),
     ]:
         mech = make()
         risks[name] = predicted_risk(values, mech.output_values_, mech.transition_matrix_, probs, n_eff)[2]
@@ -73,15 +75,28 @@ def test_auto_picks_the_least_predicted_risk_of_the_standalone_mechanisms(seed, 
         if name == auto.selected_:
             np.testing.assert_allclose(auto.transition_matrix_, mech.transition_matrix_)
             np.testing.assert_allclose(auto.output_values_, mech.output_values_)
-    assert risks[auto.selected_] <= min(risks.values()) * (1 + 1e-9)
+    assert risks[auto.selected_] <= min(risks.values()) * (1 + 1e-6)
+    # The bias-regularised randomizer with lam = n_eff optimises the rule itself.
+    assert risks["bias-variance"] <= min(risks["rr-on-bins"], risks["unbiased"]) * (1 + 1e-6)
     assert_exactly_private(auto.transition_matrix_, epsilon)
 
 
 def test_more_averaging_moves_the_choice_toward_unbiased():
     prior = (VALUES, np.ones(11))
-    chosen = [AutoRegression(1.0, n_eff=n, prior=prior).fit([0.0]).selected_ for n in (1, 10**4)]
-    assert chosen == ["rr-on-bins", "unbiased"]
-    assert AutoRegression(0.05, n_eff=20, prior=prior).fit([0.0]).selected_ == "rr-on-bins"
+    two = ["rr-on-bins", "unbiased"]
+    chosen = [
+        AutoRegression(1.0, n_eff=n, prior=prior, candidates=two).fit([0.0]).selected_
+        for n in (1, 10**4)
+    ]
+    assert chosen == two
+    assert AutoRegression(0.05, n_eff=20, prior=prior, candidates=two).fit([0.0]).selected_ == "rr-on-bins"
+    # With the bias-regularised family: RR-on-Bins (its lam = 1 end, a tie) for a
+    # model that averages nothing, a biased compromise in between.
+    everything = {n: AutoRegression(1.0, n_eff=n, prior=prior).fit([0.0]) for n in (1, 30)}
+    assert everything[1].selected_ == "rr-on-bins"
+    assert everything[30].selected_ == "bias-variance"
+    risks = everything[30].predicted_risks_
+    assert risks["bias-variance"]["risk"] < min(risks["rr-on-bins"]["risk"], risks["unbiased"]["risk"])
 
 
 def test_candidates_parameter_and_hook():
@@ -114,10 +129,14 @@ def test_the_prior_is_noisy_and_fresh():
     )
 
 
-@pytest.mark.parametrize("epsilon", [0.2, 6.0])  # RR-on-Bins, then unbiased
-def test_auto_samples_its_transition_matrix(epsilon):
-    auto = AutoRegression(epsilon, n_eff=30, prior=(VALUES, np.ones(11))).fit([0.0])
-    assert auto.selected_ == ("rr-on-bins" if epsilon < 1 else "unbiased")
+@pytest.mark.parametrize(
+    "epsilon, name", [(0.2, "rr-on-bins"), (6.0, "unbiased"), (1.0, "bias-variance")]
+)
+def test_auto_samples_its_transition_matrix(epsilon, name):
+    auto = AutoRegression(
+        epsilon, n_eff=30, prior=(VALUES, np.ones(11)), candidates=[name]
+    ).fit([0.0])
+    assert auto.selected_ == name
     audit_sampler(auto, labels=VALUES, n_per_label=4000)
 
 

@@ -11,7 +11,7 @@ from .._prior import BasePriorMechanism, resolve_domain
 from .._registry import register_mechanism
 from .._validation import check_bounds
 from ..bins import RROnBins
-from ..unbiased import OptimalUnbiased
+from ..unbiased import BiasVarianceRandomizer, OptimalUnbiased
 from ..unbiased._mechanisms import auto_grid_size
 from ._risk import predicted_risk
 
@@ -33,13 +33,22 @@ def _unbiased(values, probs, epsilon, n_eff):
     return OptimalUnbiased(epsilon, prior=(values, probs)).fit(values[:1])
 
 
+def _bias_variance(values, probs, epsilon, n_eff):
+    # With lam = n_eff its objective E Var + lam E bias^2 *is* n_eff times
+    # the predicted risk: the optimum of the rule, between the other two.
+    weight = max(1.0, float(n_eff))
+    return BiasVarianceRandomizer(epsilon, prior=(values, probs), bias_weight=weight).fit(values[:1])
+
+
 #: Candidates of ``mechanism='auto'``: name -> ``build(values, probs,
 #: epsilon, n_eff)`` returning a mechanism fitted on the *public* prior
 #: ``(values, probs)`` (nothing charged: ``fit`` sees only a domain value).
-#: A bias-regularised family minimising ``E Var + lam E bias^2`` plugs in
-#: here with ``lam = n_eff``, the weight under which its objective *is* the
-#: predicted risk (times ``n_eff``) that the selection minimises.
-AUTO_CANDIDATES = {"rr-on-bins": _rr_on_bins, "unbiased": _unbiased}
+#: Listed from the simplest: a candidate is chosen only when it predicts a
+#: risk lower than every earlier one's by more than a relative 1e-6.
+AUTO_CANDIDATES = {"rr-on-bins": _rr_on_bins, "unbiased": _unbiased, "bias-variance": _bias_variance}
+
+# Relative improvement a later candidate needs over an earlier one.
+_TIE_TOLERANCE = 1e-6
 
 
 def register_auto_candidate(name, build):
@@ -251,8 +260,9 @@ class AutoRegression(BasePriorMechanism):
         )
         if not risks:
             raise RuntimeError("every candidate of mechanism='auto' failed")
-        # Ties go to the first candidate listed.
-        best = min(risks, key=lambda name: (risks[name]["risk"], list(risks).index(name)))
+        # Near-ties go to the first (simplest) candidate listed.
+        least = min(r["risk"] for r in risks.values())
+        best = next(n for n in risks if risks[n]["risk"] <= least * (1.0 + _TIE_TOLERANCE))
         chosen = mechanisms[best]
         self.selected_ = best
         self.selected_mechanism_ = chosen
