@@ -8,11 +8,8 @@ References: the same model on the true labels (non-private), and the
 epsilon-DP constant predictor (the mean of the training labels by the
 Laplace mechanism within the public bounds at epsilon, clipped to them).
 
-Every mechanism uses its library defaults (prior budget rule, predictions
-clipped to the bounds) except the grid: the unbiased randomizer's default
-grid is a 1-unit grid over the bounds, which makes its solver slow, so it
-gets an explicit ``grid_size`` (65 points); RR-on-Bins gets ``resolution``
-(1 label unit, 100 dollars on diamonds); 'auto' uses its own grid.
+Every mechanism uses its library defaults (grid sized by bounds, epsilon and n,
+prior budget rule, predictions clipped to the bounds).
 
 Run: ``python benchmarks/bench_auto.py [--datasets diabetes randhie fair]
 [--seeds 3] [--out auto.csv]``; prints one table per dataset (MSE / the
@@ -39,8 +36,6 @@ from sklearn.model_selection import train_test_split  # noqa: E402
 from skdp_label import LabelDPRegressor  # noqa: E402
 
 EPSILONS = [0.05, 0.1, 0.3, 0.5, 1.0, 2.0, 4.0, 8.0]
-UNBIASED_GRID = 65
-RESOLUTION = {"diamonds": 100.0}
 
 
 def split(name, seed):
@@ -56,20 +51,12 @@ def dp_constant_mse(y_train, y_test, bounds, epsilon, rng):
     return float(np.mean((np.clip(noisy_mean, lo, hi) - y_test) ** 2))
 
 
-def mechanism_params(mechanism, dataset, **extra):
-    if mechanism == "unbiased":
-        return {"grid_size": UNBIASED_GRID, **extra}
-    if mechanism == "rr-on-bins":
-        return {"resolution": RESOLUTION.get(dataset, 1.0), **extra}
-    return dict(extra)
-
-
 def private_mse(data, dataset, mechanism, epsilon, seed, base=None, **extra):
     """(test MSE, fitted estimator) of one private fit."""
     X_train, X_test, y_train, y_test, bounds = data
     reg = LabelDPRegressor(
         base or HistGradientBoostingRegressor(random_state=seed), mechanism, epsilon, bounds=bounds,
-        mechanism_params=mechanism_params(mechanism, dataset, **extra), random_state=seed,
+        mechanism_params=extra or None, random_state=seed,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
