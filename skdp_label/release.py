@@ -404,6 +404,9 @@ class KeyedRelease:
         if n_rows < 1:
             raise ValueError("n_rows must be positive.")
         mech = self.mechanism
+        # Public parameters a mechanism derives from the row count (e.g. 'auto''s
+        # n_eff), fixed here so the release, its fingerprint and manifest carry them.
+        mech.set_params(**mech._params_for_rows(n_rows))
         mech._check_epsilon_cap()
         mech._check_public_inputs()
         epsilon = float(mech.epsilon)

@@ -156,3 +156,15 @@ def test_manifest_is_the_hand_off(key, tmp_path):
     rebuilt = mechanism_from_manifest(manifest)
     np.testing.assert_allclose(rebuilt.transition_matrix_, release.fitted_.transition_matrix_)
     np.testing.assert_allclose(rebuilt.output_values_, release.fitted_.output_values_)
+
+
+def test_keyed_auto_release_assumes_the_same_n_eff_as_in_memory(key):
+    # A keyed release fits on a placeholder: 'auto' must still take n_eff's
+    # default from the (public) row count, as a fit on the labels does.
+    n = 900
+    y = ((np.arange(n) * 7) % 11).astype(float)
+    mech = _mechanism("auto")
+    _, release = privatize(y, mech, key, "auto-n-eff")
+    in_memory = _mechanism("auto").fit(y)
+    assert release.fitted_.n_eff_ == in_memory.n_eff_ == pytest.approx(np.sqrt(n))
+    assert mech.n_eff is None  # the caller's mechanism is not modified

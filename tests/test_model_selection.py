@@ -127,3 +127,25 @@ def test_non_invertible_fitted_mechanism_warns_and_keeps_the_base_parameters():
         with pytest.warns(UserWarning, match="param_grid ignored"):
             reg.fit(X, np.round(y))
     assert reg.best_params_ is None and reg.estimator_.get_depth() <= 3
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        # A value the base estimator refuses (set_params alone accepts it).
+        lambda acc: LabelDPClassifier(LogisticRegression(), mechanism="rr", classes=[0, 1, 2],
+                                      param_grid={"C": [-1.0]}, accountant=acc),
+        # More folds than labels.
+        lambda acc: LabelDPRegressor(DecisionTreeRegressor(), mechanism="discrete-laplace",
+                                     bounds=(0, 10), param_grid={"max_depth": [1, 2]}, cv=10_000,
+                                     accountant=acc),
+    ],
+    ids=["bad-value", "too-many-folds"],
+)
+def test_bad_param_grid_or_cv_is_refused_before_spending(make):
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(200, 3)), rng.integers(0, 3, size=200)
+    acc = BudgetAccountant(epsilon=5.0)
+    with pytest.raises(ValueError):
+        make(acc).fit(X, y)
+    assert len(acc.ledger) == 0

@@ -8,7 +8,7 @@ from numbers import Real
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
-from sklearn.model_selection import GridSearchCV, ParameterGrid
+from sklearn.model_selection import GridSearchCV, ParameterGrid, check_cv
 from sklearn.utils import Bunch, get_tags
 from sklearn.utils._param_validation import HasMethods, Interval
 from sklearn.utils.metadata_routing import (
@@ -239,9 +239,17 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
         searched with an unbiased noisy-label scorer."""
         if self.param_grid is None:
             return
-        for params in ParameterGrid(self.param_grid):  # validates the grid's structure
-            clone(self.base_estimator).set_params(**params)  # and its parameter names
         name = type(self).__name__
+        for params in ParameterGrid(self.param_grid):  # validates the grid's structure,
+            candidate = clone(self.base_estimator).set_params(**params)  # the names
+            if hasattr(candidate, "_validate_params"):  # and the values, where declared
+                candidate._validate_params()
+        n_splits = check_cv(self.cv, classifier=self._task == "classification").get_n_splits()
+        if n_splits > y_shape[0]:
+            raise ValueError(
+                f"{name}: cv has {n_splits} splits for {y_shape[0]} labels; param_grid needs "
+                "at least as many labels as splits."
+            )
         if len(y_shape) == 2 and y_shape[1] > 1:
             raise ValueError(f"{name}: param_grid scores one label column; y has {y_shape[1]}.")
         per_example_priors = getattr(self, "prior", "uniform") != "uniform" or (
@@ -287,10 +295,20 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
                 search = GridSearchCV(
                     clone(self.base_estimator), self.param_grid, scoring=scorer, cv=self.cv,
                     error_score="raise",
-                ).fit(X, y_noisy, **routed_fit_params)
-                # Functions of the noisy labels and the public features only.
-                self.best_params_, self.cv_results_ = search.best_params_, search.cv_results_
-                return search.best_estimator_
+                )
+                try:
+                    search.fit(X, y_noisy, **routed_fit_params)
+                except Exception as exc:  # noqa: BLE001 - the budget is spent: keep the release
+                    warnings.warn(
+                        f"{type(self).__name__}: the search over param_grid failed "
+                        f"({type(exc).__name__}); the base estimator keeps its parameters.",
+                        UserWarning,
+                        stacklevel=3,
+                    )
+                else:
+                    # Functions of the noisy labels and the public features only.
+                    self.best_params_, self.cv_results_ = search.best_params_, search.cv_results_
+                    return search.best_estimator_
         estimator = clone(self.base_estimator)
         estimator.fit(X, y_noisy, **routed_fit_params)
         return estimator

@@ -490,7 +490,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         self.cluster_centers_ = self.cluster_histograms_ = None
         if plan["prior"] != "uniform":
             if plan["prior"] == "clusters":
-                cluster_of, centers = feature_clusters(X, self.n_clusters, rng)  # public: free
+                cluster_of, centers = feature_clusters(X, self.n_clusters)  # public: free
             else:  # one histogram of all the labels
                 cluster_of, centers = np.zeros(codes.shape[0], dtype=np.int64), None
             if accountant is not None:

@@ -9,6 +9,7 @@ from sklearn.metrics import pairwise_distances_argmin
 from sklearn.preprocessing import StandardScaler
 
 from ..mechanisms._prior import noisy_histogram
+from ..utils._random import simulation_generator
 
 __all__ = [
     "FeatureClusters", "feature_clusters", "nearest_cluster", "cluster_priors", "cluster_prior_epsilon",
@@ -41,18 +42,19 @@ class FeatureClusters(NamedTuple):
     scale: np.ndarray
 
 
-def feature_clusters(X, n_clusters, rng):
+def feature_clusters(X, n_clusters):
     """k-means cluster of each example, from the public features only (free).
 
     Features are standardised first (they are public), so that one feature
     on a large scale does not decide the clusters alone. Returns the cluster
     of each row and the :class:`FeatureClusters`, with which
-    :func:`nearest_cluster` assigns new rows. The fitted KMeans is not
-    returned: its ``random_state`` was drawn from this fit's generator.
+    :func:`nearest_cluster` assigns new rows. k-means is seeded from the
+    features alone, so nothing kept derives from the label-noise stream.
     """
     X = np.asarray(X, dtype=np.float64)
     n_clusters = min(int(n_clusters), X.shape[0])
-    kmeans = KMeans(n_clusters=n_clusters, n_init=3, random_state=int(rng.integers(2**31 - 1)))
+    seed = int(simulation_generator("feature clusters", X, n_clusters).integers(2**31 - 1))
+    kmeans = KMeans(n_clusters=n_clusters, n_init=3, random_state=seed)
     scaler = StandardScaler().fit(X)
     cluster_of = kmeans.fit_predict(scaler.transform(X))
     return cluster_of, FeatureClusters(

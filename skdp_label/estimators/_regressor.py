@@ -30,8 +30,9 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
     base_estimator : estimator
         Any scikit-learn regressor (or Pipeline, XGBoost model, ...).
     mechanism : str or label mechanism, default='unbiased'
-        ``'auto'`` chooses among RR-on-Bins, the unbiased randomizer and the
-        bias-regularised randomizer with weight ``n_eff`` by their predicted excess risk for this ``epsilon``, ``n`` and base
+        ``'auto'`` chooses between RR-on-Bins and the unbiased randomizer
+        (the bias-regularised randomizer is an opt-in third candidate)
+        by their predicted excess risk for this ``epsilon``, ``n`` and base
         estimator (docs/auto.md; its prior is charged once). Otherwise a
         registered regression mechanism name (see
         ``skdp_label.mechanisms.mechanism_names('regression')``, e.g.

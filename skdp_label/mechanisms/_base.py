@@ -149,6 +149,11 @@ class BaseLabelMechanism(
     def _check_public_inputs(self):
         """Validate public parameters (raise ValueError) before any spend."""
 
+    def _params_for_rows(self, n_rows):
+        """Parameters a release of ``n_rows`` labels fixes from that public
+        count, for fits that only see a placeholder (keyed releases)."""
+        return {}
+
     def _release_cost(self):
         """(epsilon, delta) one label costs in ``transform``."""
         return float(self.epsilon), 0.0
