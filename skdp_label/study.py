@@ -17,14 +17,19 @@ learning. :func:`plot_study` draws the privacy–utility curves.
    data) and do not release its outputs as if they were label-DP.
 """
 
+from __future__ import annotations
+
 import math
 import multiprocessing
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from numbers import Integral, Real
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.metrics import check_scoring
 from sklearn.model_selection import GridSearchCV, train_test_split
@@ -33,14 +38,20 @@ from sklearn.utils.validation import check_consistent_length
 from ._accountant import BudgetAccountant
 from ._kernels._sampling import staircase_noise
 from .estimators._base import BaseLabelDPEstimator
+from .mechanisms._base import BaseLabelMechanism
 from .mechanisms._prior import noisy_histogram
 from .mechanisms._validation import encode_classes
+from .plotting import PrivacyUtilityDisplay
 from .utils._random import (
     PrivacyLeakWarning,
     derive_random_state,
     public_fingerprint,
     release_generator,
 )
+
+if TYPE_CHECKING:  # optional dependency: only named in hints
+    from matplotlib.axes import Axes
+    from pandas import DataFrame
 
 __all__ = ["privacy_utility_study", "plot_study", "NON_PRIVATE", "DP_CONSTANT"]
 
@@ -307,23 +318,23 @@ def _records(table):
 
 # -- the study ----------------------------------------------------------------------
 def privacy_utility_study(
-    estimator,
-    X,
-    y,
+    estimator: BaseEstimator,
+    X: ArrayLike,
+    y: ArrayLike,
     *,
-    mechanisms,
-    epsilons,
-    seeds=(0, 1, 2),
-    X_test=None,
-    y_test=None,
-    test_size=0.25,
-    split_random_state=0,
-    scoring=None,
-    time_limit=None,
-    accountant=None,
-    references=True,
-    progress=True,
-):
+    mechanisms: list[str | BaseLabelMechanism] | dict[str, BaseLabelMechanism],
+    epsilons: ArrayLike,
+    seeds: list[int] | tuple[int, ...] = (0, 1, 2),
+    X_test: ArrayLike | None = None,
+    y_test: ArrayLike | None = None,
+    test_size: float = 0.25,
+    split_random_state: int | None = 0,
+    scoring: str | Callable | None = None,
+    time_limit: float | None = None,
+    accountant: BudgetAccountant | None = None,
+    references: bool = True,
+    progress: bool = True,
+) -> DataFrame | list[dict]:
     """Fit a label-DP estimator for every mechanism × epsilon × seed and
     score it, next to a non-private and an epsilon-DP constant reference.
 
@@ -531,7 +542,10 @@ def privacy_utility_study(
     return _as_table(rows)
 
 
-def plot_study(table, *, ax=None, references=True, score_name="score"):
+def plot_study(
+    table: DataFrame | list[dict], *, ax: Axes | None = None, references: bool = True,
+    score_name: str = "score",
+) -> dict[str, PrivacyUtilityDisplay]:
     """Draw the privacy–utility curves of a study's table on one axes.
 
     One curve per mechanism (mean score over the seeds of the rows with

@@ -7,8 +7,10 @@ import typing
 import pytest
 
 import skdp_label
-from skdp_label import plotting, release
-from skdp_label.mechanisms import get_mechanism_class, mechanism_names
+from skdp_label import estimators, plotting, release, study
+from skdp_label.mechanisms import (
+    auto, auto_grid_points, get_mechanism_class, mechanism_names, unbiased,
+)
 from skdp_label.utils import _progress, _random, _repr
 
 # Names that the hints take from optional dependencies (imported only for
@@ -17,10 +19,10 @@ pd = pytest.importorskip("pandas")
 mpl_axes = pytest.importorskip("matplotlib.axes")
 OPTIONAL = {"DataFrame": pd.DataFrame, "Axes": mpl_axes.Axes}
 
-# Where mechanisms are hinted (others are being edited elsewhere: estimators,
-# unbiased, bins and the exponential mechanism get their hints later).
+# Where mechanisms are hinted.
 HINTED_FAMILIES = ("classic._additive", "classic._randomized_response", "classification",
-                   "rp_with_prior", "quantization")
+                   "rp_with_prior", "quantization", "unbiased", "bins", "classic._exponential",
+                   "auto")
 
 
 def _public_callables(obj):
@@ -31,6 +33,13 @@ def _public_callables(obj):
             yield name, inspect.getattr_static(obj, name).fget
         elif inspect.isfunction(member) or inspect.ismethod(member):
             yield name, member
+
+
+def _own_public_callables(obj):
+    # Estimators inherit scikit-learn's (unhinted) methods: check only ours.
+    for name, func in _public_callables(obj):
+        if getattr(func, "__module__", "").startswith("skdp_label"):
+            yield name, func
 
 
 def _hinted_mechanisms():
@@ -80,6 +89,32 @@ def test_public_classes_are_hinted_and_resolve(obj):
 )
 def test_public_functions_are_hinted_and_resolve(func):
     _check(func, func.__name__)
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [estimators.LabelDPRegressor, estimators.LabelDPClassifier,
+     estimators.DebiasedSGDClassifier, estimators.DebiasedSoftmaxObjective],
+    ids=lambda c: c.__name__,
+)
+def test_estimators_are_hinted_and_resolve(cls):
+    checked = [name for name, func in _own_public_callables(cls)]
+    assert "__init__" in checked
+    for name, func in _own_public_callables(cls):
+        _check(func, f"{cls.__name__}.{name}")
+
+
+@pytest.mark.parametrize(
+    "func",
+    [getattr(estimators, name) for name in estimators.__all__
+     if inspect.isfunction(getattr(estimators, name))]
+    + [getattr(module, name) for module in (unbiased, auto) for name in module.__all__
+       if inspect.isfunction(getattr(module, name))]
+    + [auto_grid_points, study.privacy_utility_study, study.plot_study],
+    ids=lambda f: f"{f.__module__.rsplit('.', 1)[-1]}.{f.__name__}",
+)
+def test_estimator_and_mechanism_functions_are_hinted_and_resolve(func):
+    _check(func, f"{func.__module__}.{func.__name__}")
 
 
 def test_dask_privatize_is_hinted_and_resolves():

@@ -1,6 +1,8 @@
 """What LabelDPRegressor and LabelDPClassifier share: the mechanism, checks
 made before anything is spent, metadata routing and delegation."""
 
+from __future__ import annotations
+
 import inspect
 import warnings
 from numbers import Real
@@ -26,6 +28,7 @@ from sklearn.utils.validation import (
 )
 
 from .._accountant import BudgetAccountant
+from .._report import PrivacyReport
 from ..mechanisms._base import BaseLabelMechanism
 from ..mechanisms._registry import make_mechanism
 from ..mechanisms.classic._additive import (
@@ -211,7 +214,7 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
         )
 
     # -- metadata routing ---------------------------------------------------------
-    def get_metadata_routing(self):
+    def get_metadata_routing(self) -> MetadataRouter:
         """Metadata routing: fit, predict and score metadata (e.g.
         ``sample_weight``) go to ``base_estimator``.
 
@@ -323,7 +326,7 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
         """(mechanisms, steps charged by the estimator itself, stages in parallel)."""
         return [self.mechanism_], (), False
 
-    def privacy_report(self):
+    def privacy_report(self) -> PrivacyReport:
         """The privacy cost of the last fit, step by step, and the noise level.
 
         Returns
@@ -340,13 +343,13 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
         return mechanism_report(self, mechanisms, extra, parallel)
 
     @property
-    def n_features_in_(self):
+    def n_features_in_(self) -> int:
         """Number of features seen by the fitted base estimator."""
         check_is_fitted(self)
         return self.estimator_.n_features_in_
 
     @property
-    def feature_names_in_(self):
+    def feature_names_in_(self) -> np.ndarray:
         """Feature names seen by the fitted base estimator."""
         check_is_fitted(self)
         return self.estimator_.feature_names_in_

@@ -1,11 +1,15 @@
 """LabelDPClassifier: label-DP training of any classifier, with RRWithPrior
 and multi-stage training LP-MST (Ghazi et al. 2021, paper 004)."""
 
+from __future__ import annotations
+
 from numbers import Integral, Real
+from typing import Any, Self
 
 import numpy as np
+from numpy.typing import ArrayLike
 import scipy.sparse as sp
-from sklearn.base import ClassifierMixin, _fit_context, clone
+from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context, clone
 from sklearn.dummy import DummyClassifier
 from sklearn.utils import _safe_indexing
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -13,6 +17,8 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_method_params, check_is_fitted, column_or_1d
 
+from .._accountant import BudgetAccountant
+from ..mechanisms._base import BaseLabelMechanism
 from ..mechanisms._registry import make_mechanism
 from ..mechanisms._validation import check_classes, encode_classes
 from ..mechanisms.classic._randomized_response import RandomizedResponse
@@ -249,26 +255,26 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
 
     def __init__(
         self,
-        base_estimator,
-        mechanism="rr-with-prior",
-        epsilon=1.0,
+        base_estimator: BaseEstimator,
+        mechanism: str | BaseLabelMechanism = "rr-with-prior",
+        epsilon: float = 1.0,
         *,
-        n_stages=1,
-        stage_split=None,
-        prior_temperature=1.0,
-        classes=None,
-        prior="uniform",
-        n_clusters=20,
-        prior_epsilon="auto",
-        reuse_labels=True,
-        proba_correction="backward",
-        shrinkage=None,
-        param_grid=None,
-        cv=None,
-        accountant=None,
-        random_state=None,
-        verbose=0,
-    ):
+        n_stages: int = 1,
+        stage_split: float | ArrayLike | None = None,
+        prior_temperature: float = 1.0,
+        classes: ArrayLike | None = None,
+        prior: str = "uniform",
+        n_clusters: int = 20,
+        prior_epsilon: float | str = "auto",
+        reuse_labels: bool = True,
+        proba_correction: str | None = "backward",
+        shrinkage: float | str | None = None,
+        param_grid: dict | list | None = None,
+        cv: int | Any = None,
+        accountant: BudgetAccountant | None = None,
+        random_state: int | None = None,
+        verbose: int = 0,
+    ) -> None:
         self.base_estimator = base_estimator
         self.mechanism = mechanism
         self.epsilon = epsilon
@@ -317,7 +323,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         classes = check_classes(self.classes, owner=type(self).__name__)
         return y, classes, encode_classes(y, classes)
 
-    def prior_budget(self, n_samples):
+    def prior_budget(self, n_samples: int) -> tuple[float, float]:
         """``(epsilon_prior, epsilon_labels)`` a fit on ``n_samples`` rows spends.
 
         Public (``epsilon``, ``n``, ``n_clusters``, ``classes``, ``mechanism``),
@@ -418,7 +424,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
 
     # -- fit -----------------------------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=False)
-    def fit(self, X, y, **fit_params):
+    def fit(self, X: ArrayLike, y: ArrayLike, **fit_params: Any) -> Self:
         """Randomize each label once (charging ``epsilon``) and train.
 
         Parameters
@@ -633,7 +639,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         return (self.proba_correction is not None or self.shrinkage is not None) and hasattr(
             self.estimator_, "predict_proba")
 
-    def predict(self, X, **predict_params):
+    def predict(self, X: ArrayLike, **predict_params: Any) -> np.ndarray:
         """Predicted classes.
 
         The argmax of :meth:`predict_proba` when ``proba_correction`` or
@@ -658,7 +664,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         return self.classes_[np.asarray(codes, dtype=np.int64)]
 
     @available_if(_base_has("predict_proba"))
-    def predict_proba(self, X, **predict_proba_params):
+    def predict_proba(self, X: ArrayLike, **predict_proba_params: Any) -> np.ndarray:
         """Class probabilities, corrected for the label noise if asked.
 
         With ``proba_correction='backward'`` the base estimator's
@@ -698,7 +704,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             proba = (1.0 - self.shrinkage_) * proba + self.shrinkage_ * prior
         return proba
 
-    def score(self, X, y, sample_weight=None):
+    def score(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> float:
         """Accuracy of the fitted model on labels ``y``.
 
         Scoring on true labels is not covered by the privacy guarantee (a

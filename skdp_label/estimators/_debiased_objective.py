@@ -1,6 +1,11 @@
 """The debiased loss (004 eq. (17)) as a gradient-boosting objective."""
 
+from __future__ import annotations
+
+from typing import Any
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._noise_aware import noise_inverse, softmax
 
@@ -59,13 +64,16 @@ class DebiasedSoftmaxObjective:
     True
     """
 
-    def __init__(self, noise, *, classes=None, min_hessian=1e-6):
+    def __init__(
+        self, noise: ArrayLike | Any, *, classes: ArrayLike | None = None,
+        min_hessian: float = 1e-6,
+    ) -> None:
         self.noise = noise
         self.classes = classes
         self.min_hessian = min_hessian
         self.classes_, self._inverse = noise_inverse(noise, classes)
 
-    def __call__(self, labels, margins):
+    def __call__(self, labels: ArrayLike, margins: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         """(gradient, hessian) for XGBoost, both of shape (n_samples, K)."""
         codes = np.asarray(labels).astype(np.int64).ravel()
         margins = np.asarray(margins, dtype=np.float64).reshape(codes.shape[0], -1)

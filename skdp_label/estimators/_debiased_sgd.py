@@ -1,9 +1,13 @@
 """LP-RR-SGD (004, App. F, Alg. 5): a softmax classifier trained by SGD on
 unbiased gradients from randomized-response labels."""
 
+from __future__ import annotations
+
 from numbers import Integral, Real
+from typing import Any, Self
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils import check_random_state as sklearn_check_random_state
 from sklearn.utils._param_validation import Interval
@@ -132,8 +136,10 @@ class DebiasedSGDClassifier(ClassifierMixin, BaseEstimator):
         "random_state": ["random_state"],
     }
 
-    def __init__(self, noise=None, *, classes=None, alpha=1e-4, eta0=0.5, batch_size=32,
-                 max_iter=30, max_norm=None, random_state=None):
+    def __init__(self, noise: ArrayLike | Any = None, *, classes: ArrayLike | None = None,
+                 alpha: float = 1e-4, eta0: float = 0.5, batch_size: int = 32,
+                 max_iter: int = 30, max_norm: float | None = None,
+                 random_state: int | np.random.RandomState | None = None) -> None:
         self.noise = noise
         self.classes = classes
         self.alpha = alpha
@@ -189,7 +195,7 @@ class DebiasedSGDClassifier(ClassifierMixin, BaseEstimator):
         self.t_ = 0
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, noise_targets=None):
+    def fit(self, X: ArrayLike, y: ArrayLike, noise_targets: ArrayLike | None = None) -> Self:
         """Train from scratch for ``max_iter`` epochs.
 
         Parameters
@@ -216,7 +222,10 @@ class DebiasedSGDClassifier(ClassifierMixin, BaseEstimator):
         self.n_iter_ = int(self.max_iter)
         return self
 
-    def partial_fit(self, X, y, classes=None, noise_targets=None):
+    def partial_fit(
+        self, X: ArrayLike, y: ArrayLike, classes: ArrayLike | None = None,
+        noise_targets: ArrayLike | None = None,
+    ) -> Self:
         """One epoch of SGD on a batch of noisy labels (streaming).
 
         Parameters
@@ -248,17 +257,17 @@ class DebiasedSGDClassifier(ClassifierMixin, BaseEstimator):
         X = validate_data(self, X, reset=False, dtype=np.float64)
         return X @ self.coef_ + self.intercept_
 
-    def decision_function(self, X):
+    def decision_function(self, X: ArrayLike) -> np.ndarray:
         """Logits x W + b, shape (n_samples, K); for two classes the
         difference of the second and first logit (scikit-learn convention)."""
         logits = self._logits(X)
         return logits[:, 1] - logits[:, 0] if logits.shape[1] == 2 else logits
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> np.ndarray:
         """Softmax of the logits: estimates of P(y | x) for the *true* labels."""
         return softmax(self._logits(X))
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """The class of largest probability."""
         codes = np.argmax(self._logits(X), axis=1)
         return self.classes_[codes]

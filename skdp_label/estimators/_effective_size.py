@@ -5,10 +5,13 @@ hyper-parameters, or measured on the public features with synthetic labels;
 never on the labels.
 """
 
+from __future__ import annotations
+
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import clone
+from numpy.typing import ArrayLike
+from sklearn.base import BaseEstimator, clone
 
 from ..mechanisms.auto import default_effective_size
 from ..utils._random import public_fingerprint, simulation_generator
@@ -59,7 +62,9 @@ def simulated_effective_size(estimator, X):
     return float(min(max(1.0 / mean_square, 1.0), n)) if mean_square > 0 else float(n)
 
 
-def effective_sample_size(estimator, n_samples, n_features, X=None):
+def effective_sample_size(
+    estimator: BaseEstimator, n_samples: int, n_features: int, X: ArrayLike | None = None,
+) -> float:
     """Labels one prediction of ``estimator`` averages over, from public facts.
 
     * a ``Pipeline`` (or any object with ``steps``): its last step's rule

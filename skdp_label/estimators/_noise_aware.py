@@ -24,9 +24,12 @@ Three uses of G, all post-processing of the noisy labels (free):
   frequencies without bias.
 """
 
+from __future__ import annotations
+
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = [
     "debiasing_scale",
@@ -106,7 +109,9 @@ def project_simplex(values):
     return np.maximum(v - tau[:, None], 0.0)
 
 
-def backward_correct(noisy_proba, in_top, epsilon):
+def backward_correct(
+    noisy_proba: ArrayLike, in_top: ArrayLike | None, epsilon: float,
+) -> np.ndarray:
     """P(y | x) from a model of P(y~ | x) through the known RR-Top-k noise.
 
     On the set S (per row or global), P(y~ | x)_S = T_S^T P(y | x)_S when the

@@ -1,12 +1,18 @@
 """LabelDPRegressor: train any regressor on labels randomized once in fit."""
 
+from __future__ import annotations
+
 import warnings
+from typing import Any, Self
 
 import numpy as np
-from sklearn.base import RegressorMixin, _fit_context
+from numpy.typing import ArrayLike
+from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.metrics import r2_score
 from sklearn.utils.validation import _num_samples, check_is_fitted
 
+from .._accountant import BudgetAccountant
+from ..mechanisms._base import BaseLabelMechanism
 from ..mechanisms.auto._mechanism import compare_candidates, prior_variance
 from ..utils._random import derive_random_state
 from ._base import BaseLabelDPEstimator
@@ -150,20 +156,20 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
 
     def __init__(
         self,
-        base_estimator,
-        mechanism="unbiased",
-        epsilon=1.0,
+        base_estimator: BaseEstimator,
+        mechanism: str | BaseLabelMechanism = "unbiased",
+        epsilon: float = 1.0,
         *,
-        bounds=None,
-        domain=None,
-        mechanism_params=None,
-        param_grid=None,
-        cv=None,
-        accountant=None,
-        random_state=None,
-        verbose=0,
-        clip_predictions=True,
-    ):
+        bounds: tuple[float, float] | None = None,
+        domain: ArrayLike | None = None,
+        mechanism_params: dict | None = None,
+        param_grid: dict | list | None = None,
+        cv: int | Any = None,
+        accountant: BudgetAccountant | None = None,
+        random_state: int | None = None,
+        verbose: int = 0,
+        clip_predictions: bool = True,
+    ) -> None:
         self.base_estimator = base_estimator
         self.mechanism = mechanism
         self.epsilon = epsilon
@@ -178,7 +184,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         self.clip_predictions = clip_predictions
 
     @_fit_context(prefer_skip_nested_validation=False)
-    def fit(self, X, y, **fit_params):
+    def fit(self, X: ArrayLike, y: ArrayLike, **fit_params: Any) -> Self:
         """Randomize ``y`` once (charging ``epsilon``) and fit the base estimator.
 
         Parameters
@@ -229,7 +235,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         self.epsilon_spent_ = getattr(self, "epsilon_spent_", 0.0) + float(mechanism.epsilon_spent_)
         return self
 
-    def predict(self, X, **predict_params):
+    def predict(self, X: ArrayLike, **predict_params: Any) -> np.ndarray:
         """Predict with the fitted base estimator.
 
         Parameters
@@ -294,7 +300,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
             )
         return risks
 
-    def score(self, X, y, **score_params):
+    def score(self, X: ArrayLike, y: ArrayLike, **score_params: Any) -> float:
         """Score of the fitted base estimator on (true) labels ``y``.
 
         Evaluating on true labels is not covered by the privacy guarantee;

@@ -34,11 +34,16 @@ the prediction: differences between models, and hence model selection,
 stay unbiased.
 """
 
+from __future__ import annotations
+
 import math
+from collections.abc import Callable
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
+from ..mechanisms._base import BaseLabelMechanism
 from ..mechanisms._validation import encode_classes
 from ..mechanisms.classic._additive import BaseAdditiveMechanism, BaseStaircaseFamily, Gaussian
 from ..mechanisms.classic._noise import staircase_moment
@@ -183,7 +188,7 @@ def _debiasing_matrix(mechanism):
     return inverse, inputs, outputs
 
 
-def unbiased_square_estimator(mechanism):
+def unbiased_square_estimator(mechanism: BaseLabelMechanism) -> Callable[[np.ndarray], np.ndarray]:
     """A function h with E[h(y~) | y] = y^2 for a fitted mechanism.
 
     Parameters
@@ -221,7 +226,10 @@ def _squared_error_estimates(y_noisy, y_pred, estimators):
     return y_pred**2 - 2.0 * y_pred * g(y_noisy) + h(y_noisy)
 
 
-def unbiased_mse(y_noisy, y_pred, mechanism, sample_weight=None):
+def unbiased_mse(
+    y_noisy: ArrayLike, y_pred: ArrayLike, mechanism: BaseLabelMechanism,
+    sample_weight: ArrayLike | None = None,
+) -> float:
     """Unbiased estimate of the true-label MSE from noisy labels.
 
     Parameters
@@ -246,7 +254,10 @@ def unbiased_mse(y_noisy, y_pred, mechanism, sample_weight=None):
     return float(np.average(per_example, weights=sample_weight))
 
 
-def debiased_accuracy(y_noisy, y_pred, mechanism, sample_weight=None):
+def debiased_accuracy(
+    y_noisy: ArrayLike, y_pred: ArrayLike, mechanism: BaseLabelMechanism,
+    sample_weight: ArrayLike | None = None,
+) -> float:
     """Unbiased estimate of the true-label accuracy from noisy labels.
 
     Uses G with T G = I for the mechanism's transition matrix T (of full
@@ -303,7 +314,7 @@ class _NoisyLabelScorer:
         return f"{self.metric.__name__}_scorer({type(self.mechanism).__name__})"
 
 
-def unbiased_mse_scorer(mechanism):
+def unbiased_mse_scorer(mechanism: BaseLabelMechanism) -> Callable:
     """Scorer for model selection on noisy regression labels (no budget).
 
     Returns the negated :func:`unbiased_mse` (greater is better, like
@@ -340,7 +351,7 @@ def unbiased_mse_scorer(mechanism):
     return _NoisyLabelScorer(unbiased_mse, mechanism, -1.0)
 
 
-def debiased_accuracy_scorer(mechanism):
+def debiased_accuracy_scorer(mechanism: BaseLabelMechanism) -> Callable:
     """Scorer for model selection on noisy class labels (no budget).
 
     Returns :func:`debiased_accuracy` as a scorer for ``GridSearchCV`` or

@@ -1,8 +1,11 @@
 """Accuracy table of the classification mechanisms on scikit-learn's digits."""
 
+from __future__ import annotations
+
 import warnings
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.datasets import load_digits
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import train_test_split
@@ -29,7 +32,9 @@ def _model():
     return LogisticRegression(C=0.1, max_iter=300)
 
 
-def classification_table(epsilons=(0.5, 1.0, 2.0, 4.0), random_state=0, n_repeats=3):
+def classification_table(
+    epsilons: ArrayLike = (0.5, 1.0, 2.0, 4.0), random_state: int | None = 0, n_repeats: int = 3,
+) -> tuple[list[tuple[str, list[float]]], float]:
     """Test accuracy of RR and RRWithPrior with 1 and 2 stages on digits.
 
     Each entry trains ``LabelDPClassifier(LogisticRegression(C=0.1))`` on

@@ -22,6 +22,8 @@ labels ``n`` -- never from label values. The derivation is in docs/grid.md:
 * a cap per family keeps the fit well under a second at any bounds.
 """
 
+from __future__ import annotations
+
 import math
 from functools import lru_cache
 
@@ -145,7 +147,9 @@ def prior_points(n_labels, epsilon, prior_epsilon="auto"):
     return int(math.floor(bound * (1.0 + 1e-12)))
 
 
-def auto_grid_points(family, epsilon, n_labels=None, prior_epsilon="auto"):
+def auto_grid_points(
+    family: str, epsilon: float, n_labels: int | None = None, prior_epsilon: float | str = "auto",
+) -> int:
     """Number of grid points ``resolution='auto'`` gives (docs/grid.md).
 
     Parameters

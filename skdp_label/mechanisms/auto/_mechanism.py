@@ -1,12 +1,18 @@
 """mechanism='auto': the randomizer of least predicted excess risk (docs/auto.md)."""
 
+from __future__ import annotations
+
 import math
 import warnings
+from collections.abc import Callable
 from numbers import Integral, Real
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ..._accountant import BudgetAccountant
+from .._base import BaseLabelMechanism
 from .._prior import BasePriorMechanism, resolve_domain
 from .._registry import register_mechanism
 from .._validation import check_bounds
@@ -59,17 +65,23 @@ DEFAULT_AUTO_CANDIDATES = ("rr-on-bins", "unbiased")
 _TIE_TOLERANCE = 1e-6
 
 
-def register_auto_candidate(name, build):
+def register_auto_candidate(
+    name: str, build: Callable[[np.ndarray, np.ndarray, float, float], BaseLabelMechanism],
+) -> None:
     """Add a candidate to ``mechanism='auto'`` (see :data:`AUTO_CANDIDATES`)."""
     AUTO_CANDIDATES[name] = build
 
 
-def default_effective_size(n_labels):
+def default_effective_size(n_labels: int) -> float:
     """``sqrt(n)``: the averaging size assumed when nothing better is known."""
     return max(1.0, math.sqrt(n_labels))
 
 
-def compare_candidates(values, probs, epsilon, n_eff, names=None, fitted=None):
+def compare_candidates(
+    values: ArrayLike, probs: ArrayLike, epsilon: float, n_eff: float,
+    names: list[str] | tuple[str, ...] | None = None,
+    fitted: dict[str, BaseLabelMechanism] | None = None,
+) -> tuple[dict[str, dict[str, float]], dict[str, BaseLabelMechanism]]:
     """Predicted risks of candidate mechanisms, built for a public prior.
 
     Parameters
@@ -209,20 +221,20 @@ class AutoRegression(BasePriorMechanism):
 
     def __init__(
         self,
-        epsilon=1.0,
+        epsilon: float = 1.0,
         *,
-        n_eff=None,
-        candidates=None,
-        prior=None,
-        domain=None,
-        bounds=None,
-        resolution=None,
-        grid_size="auto",
-        prior_epsilon="auto",
-        out_of_bounds="raise",
-        accountant=None,
-        random_state=None,
-    ):
+        n_eff: float | None = None,
+        candidates: list[str] | tuple[str, ...] | None = None,
+        prior: tuple[ArrayLike, ArrayLike] | None = None,
+        domain: ArrayLike | None = None,
+        bounds: tuple[float, float] | None = None,
+        resolution: float | None = None,
+        grid_size: int | str = "auto",
+        prior_epsilon: float | str = "auto",
+        out_of_bounds: str = "raise",
+        accountant: BudgetAccountant | None = None,
+        random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.n_eff = n_eff
         self.candidates = candidates

@@ -14,12 +14,17 @@ matrix and output values under the prior ``p`` (public, or the charged noisy
 histogram), so the rule costs no budget (docs/auto.md).
 """
 
+from __future__ import annotations
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["bias_and_variance", "predicted_risk"]
 
 
-def bias_and_variance(input_values, output_values, matrix):
+def bias_and_variance(
+    input_values: ArrayLike, output_values: ArrayLike, matrix: ArrayLike,
+) -> tuple[np.ndarray, np.ndarray]:
     """Exact ``E[y_hat | y] - y`` and ``Var(y_hat | y)`` for every input value.
 
     Parameters
@@ -42,7 +47,10 @@ def bias_and_variance(input_values, output_values, matrix):
     return mean - y, variance
 
 
-def predicted_risk(input_values, output_values, matrix, prior, n_eff):
+def predicted_risk(
+    input_values: ArrayLike, output_values: ArrayLike, matrix: ArrayLike, prior: ArrayLike,
+    n_eff: float,
+) -> tuple[float, float, float]:
     """``(E_p[bias^2], E_p[Var], E_p[bias^2] + E_p[Var] / n_eff)``.
 
     Examples

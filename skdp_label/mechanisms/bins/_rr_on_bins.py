@@ -1,12 +1,16 @@
 """RR-on-Bins: the optimal label randomizer for regression (paper 000)."""
 
+from __future__ import annotations
+
 import math
 
 from numbers import Real
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ..._accountant import BudgetAccountant
 from ..._kernels._sampling import rr_flip_probability
 from .._prior import BasePriorMechanism
 from .._registry import register_mechanism
@@ -147,18 +151,18 @@ class RROnBins(BasePriorMechanism):
 
     def __init__(
         self,
-        epsilon=1.0,
+        epsilon: float = 1.0,
         *,
-        loss="squared",
-        prior=None,
-        domain=None,
-        bounds=None,
-        resolution="auto",
-        prior_epsilon="auto",
-        out_of_bounds="raise",
-        accountant=None,
-        random_state=None,
-    ):
+        loss: str = "squared",
+        prior: tuple[ArrayLike, ArrayLike] | None = None,
+        domain: ArrayLike | None = None,
+        bounds: tuple[float, float] | None = None,
+        resolution: float | str | None = "auto",
+        prior_epsilon: float | str = "auto",
+        out_of_bounds: str = "raise",
+        accountant: BudgetAccountant | None = None,
+        random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.out_of_bounds = out_of_bounds
         self.loss = loss

@@ -1,12 +1,16 @@
 """Exponential mechanism over a public grid of label values (000 App. F)."""
 
+from __future__ import annotations
+
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import optimize
 from sklearn.utils._param_validation import Interval, StrOptions
 from numbers import Real
 
+from ..._accountant import BudgetAccountant
 from .._base import OUT_OF_BOUNDS_CONSTRAINT, BaseDiscreteMechanism
 from .._grid_rule import auto_grid
 from .._prior import declared_range, nearest_domain_index, resolve_domain
@@ -102,9 +106,11 @@ class ExponentialMechanism(BaseDiscreteMechanism):
     _grid_family = "exponential"
 
     def __init__(
-        self, epsilon=1.0, *, bounds=None, domain=None, resolution="auto", calibration="exact",
-        out_of_bounds="raise", accountant=None, random_state=None,
-    ):
+        self, epsilon: float = 1.0, *, bounds: tuple[float, float] | None = None,
+        domain: ArrayLike | None = None, resolution: float | str | None = "auto",
+        calibration: str = "exact", out_of_bounds: str = "raise",
+        accountant: BudgetAccountant | None = None, random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.out_of_bounds = out_of_bounds
         self.bounds = bounds

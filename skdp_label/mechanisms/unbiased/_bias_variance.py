@@ -66,9 +66,12 @@ and a final minimum-norm correction of the weights makes rows sum to 1 to
 rounding error; the caller checks both.
 """
 
+from __future__ import annotations
+
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import sparse
 from scipy.linalg import lstsq
 from scipy.optimize import linprog
@@ -88,7 +91,9 @@ __all__ = [
 ]
 
 
-def bias_and_variance(values, outputs, matrix):
+def bias_and_variance(
+    values: ArrayLike, outputs: ArrayLike, matrix: ArrayLike,
+) -> tuple[np.ndarray, np.ndarray]:
     """Exact ``E[y_hat | y] - y`` and ``Var(y_hat | y)`` of each input value.
 
     Examples

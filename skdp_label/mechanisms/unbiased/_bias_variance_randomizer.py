@@ -1,12 +1,16 @@
 """The bias-regularised regression randomizer (paper 001, §6) as a mechanism."""
 
+from __future__ import annotations
+
 import warnings
 from numbers import Real
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.utils._param_validation import Interval
 from threadpoolctl import threadpool_limits
 
+from ..._accountant import BudgetAccountant
 from .._prior import BasePriorMechanism
 from .._registry import register_mechanism
 from ..classic._randomized_response import randomized_response_matrix
@@ -135,19 +139,19 @@ class BiasVarianceRandomizer(_UnbiasedRoundingMixin, BasePriorMechanism):
 
     def __init__(
         self,
-        epsilon=1.0,
+        epsilon: float = 1.0,
         *,
-        bias_weight=100.0,
-        prior=None,
-        domain=None,
-        bounds=None,
-        resolution=None,
-        grid_size=None,
-        prior_epsilon="auto",
-        out_of_bounds="raise",
-        accountant=None,
-        random_state=None,
-    ):
+        bias_weight: float = 100.0,
+        prior: tuple[ArrayLike, ArrayLike] | None = None,
+        domain: ArrayLike | None = None,
+        bounds: tuple[float, float] | None = None,
+        resolution: float | str | None = None,
+        grid_size: int | str | None = None,
+        prior_epsilon: float | str = "auto",
+        out_of_bounds: str = "raise",
+        accountant: BudgetAccountant | None = None,
+        random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.bias_weight = bias_weight
         self.out_of_bounds = out_of_bounds

@@ -9,6 +9,8 @@ weights are corrected by a minimum-norm solve so that rows sum to 1 and
 means equal the inputs to rounding error; outputs stay on the grid.
 """
 
+from __future__ import annotations
+
 import math
 
 import numpy as np
@@ -18,7 +20,7 @@ from scipy.optimize import linprog
 __all__ = ["optimal_unbiased_grid", "randomized_rounding_indices", "staircase_rays"]
 
 
-def randomized_rounding_indices(values, y, u):
+def randomized_rounding_indices(values: np.ndarray, y: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Unbiased randomized rounding of ``y`` onto sorted ``values`` (001 §3).
 
     A label between consecutive values ``v_l <= y <= v_h`` goes to ``v_h``

@@ -1,13 +1,17 @@
 """Unbiased label randomizers for regression (paper 001)."""
 
+from __future__ import annotations
+
 import math
 import warnings
 from numbers import Integral, Real
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sklearn.utils._param_validation import Interval, StrOptions
 from threadpoolctl import threadpool_limits
 
+from ..._accountant import BudgetAccountant
 from ..._kernels._philox import uniforms
 from ..._kernels._sampling import rounding_grid, rr_constants, rr_flip_probability, sample_rows
 from ...utils._progress import VERBOSE_CONSTRAINT, VERBOSE_DOC, Progress, format_epsilon
@@ -29,7 +33,9 @@ from ._solver import (
 __all__ = ["OptimalUnbiased", "DebiasedRR", "auto_grid_size"]
 
 
-def auto_grid_size(epsilon, n_labels=None, prior_epsilon="auto"):
+def auto_grid_size(
+    epsilon: float, n_labels: int | None = None, prior_epsilon: float | str = "auto",
+) -> int:
     """Number of grid points ``OptimalUnbiased``'s ``'auto'`` grid has.
 
     ``ceil(20 sinh(eps / 2)) + 1`` points, capped at 101 (fit time) and at
@@ -222,20 +228,20 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
 
     def __init__(
         self,
-        epsilon=1.0,
+        epsilon: float = 1.0,
         *,
-        prior=None,
-        domain=None,
-        bounds=None,
-        resolution="auto",
-        grid_size=None,
-        outputs="continuous",
-        prior_epsilon="auto",
-        out_of_bounds="raise",
-        accountant=None,
-        random_state=None,
-        verbose=0,
-    ):
+        prior: tuple[ArrayLike, ArrayLike] | None = None,
+        domain: ArrayLike | None = None,
+        bounds: tuple[float, float] | None = None,
+        resolution: float | str | None = "auto",
+        grid_size: int | str | None = None,
+        outputs: str = "continuous",
+        prior_epsilon: float | str = "auto",
+        out_of_bounds: str = "raise",
+        accountant: BudgetAccountant | None = None,
+        random_state: int | None = None,
+        verbose: int = 0,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.out_of_bounds = out_of_bounds
         self.verbose = verbose
@@ -373,9 +379,11 @@ class DebiasedRR(_UnbiasedRoundingMixin, BaseDiscreteMechanism):
     _grid_family = "debiased-rr"
 
     def __init__(
-        self, epsilon=1.0, *, domain=None, bounds=None, resolution="auto", grid_size=None,
-        out_of_bounds="raise", accountant=None, random_state=None,
-    ):
+        self, epsilon: float = 1.0, *, domain: ArrayLike | None = None,
+        bounds: tuple[float, float] | None = None, resolution: float | str | None = "auto",
+        grid_size: int | str | None = None, out_of_bounds: str = "raise",
+        accountant: BudgetAccountant | None = None, random_state: int | None = None,
+    ) -> None:
         super().__init__(epsilon, accountant=accountant, random_state=random_state)
         self.out_of_bounds = out_of_bounds
         self.domain = domain

@@ -60,9 +60,12 @@ sum to 1 and means equal the inputs to rounding error; the caller verifies
 both (:func:`check_exact_mechanism`).
 """
 
+from __future__ import annotations
+
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import sparse
 from scipy.linalg import cho_factor, cho_solve, lstsq
 from scipy.optimize import linprog, nnls
@@ -81,7 +84,7 @@ __all__ = [
 # ---------------------------------------------------------------------------
 # Debiased randomized response and the feasible grid (001 Def. 23, Alg. 2)
 # ---------------------------------------------------------------------------
-def debiased_rr_outputs(values, epsilon):
+def debiased_rr_outputs(values: ArrayLike, epsilon: float) -> np.ndarray:
     """Outputs Phi(y) of epsilon-debiased randomized response (001 Def. 23).
 
     ``Phi(y) = ((e^eps + k - 1) y - sum(Y)) / (e^eps - 1)``; randomized
@@ -94,7 +97,7 @@ def debiased_rr_outputs(values, epsilon):
     return values + (k * values - values.sum()) / em1
 
 
-def feasible_output_set(values, epsilon, n_outputs):
+def feasible_output_set(values: ArrayLike, epsilon: float, n_outputs: int) -> np.ndarray:
     """The grid of 001 Alg. 2 (``FeasibleOutputSet``).
 
     ``n_outputs`` evenly spaced points from the smallest to the largest
