@@ -58,7 +58,6 @@ from .mechanisms._prior import (
     BasePriorMechanism,
     nearest_domain_index,
     noisy_histogram_from_counts,
-    split_epsilon,
 )
 from .mechanisms._registry import get_mechanism_class
 from .mechanisms._validation import check_bounds, check_classes

@@ -5,7 +5,6 @@ from __future__ import annotations
 import warnings
 from numbers import Real
 
-import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.utils._param_validation import Interval
 from threadpoolctl import threadpool_limits
