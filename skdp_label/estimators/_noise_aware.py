@@ -31,6 +31,8 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ..mechanisms.classification._solver import keep_probability
+
 __all__ = [
     "debiasing_scale",
     "debiased_targets",
@@ -44,6 +46,9 @@ __all__ = [
     "softmax",
     "class_prior_epsilon",
     "classification_plan",
+    "histogram_noise_sd",
+    "robust_top_k",
+    "histogram_z",
 ]
 
 
@@ -211,22 +216,77 @@ def class_prior_epsilon(epsilon, n_samples, n_classes):
     return min(math.sqrt(float(n_classes) / float(n_samples)), 0.5 * float(epsilon))
 
 
+def histogram_z(n_classes):
+    """z of the lower confidence bound on a noisy histogram's top-k mass.
+
+    The top classes of a noisy histogram are those the noise pushed up: on
+    balanced classes the largest of K noisy frequencies exceeds its mean by
+    about sd * sqrt(2 ln K); one more sd of margin on top of that selection
+    bias (about 3 for K = 10).
+    """
+    return 1.0 + math.sqrt(2.0 * math.log(max(int(n_classes), 2)))
+
+
+def histogram_noise_sd(prior_epsilon, n_samples):
+    """Standard deviation of one class frequency of the private histogram.
+
+    Each count gets discrete Laplace noise of scale 2 / eps_1 (variance
+    about 8 / eps_1^2); the frequencies divide by about n. Public.
+    """
+    return 2.0 * math.sqrt(2.0) / (float(prior_epsilon) * float(n_samples))
+
+
+def _top_k_values(masses, epsilon):
+    """Lemma 1's P(noisy label correct) for each k, from top-k masses."""
+    ks = np.arange(1, masses.shape[-1] + 1)
+    return masses * keep_probability(ks, epsilon)
+
+
+def robust_top_k(histogram, label_epsilon, noise_sd, z=None):
+    """Size k of the top-k set for a noisy class histogram (step 2 of 'auto').
+
+    RRWithPrior's rule (004, Lemma 1) maximises (top-k mass) * e^eps /
+    (e^eps + k - 1), but on a noisy histogram the largest masses are biased
+    upward (the top classes are the ones the noise pushed up), so on
+    balanced classes it drops classes, even to k = 1, for nothing. Here the
+    top-k mass is replaced by a lower confidence bound, mass - z * sd *
+    sqrt(k) (k independent noisy frequencies, z = :func:`histogram_z`,
+    which covers the selection of the top classes), while the whole set keeps
+    mass 1 exactly (the total n is public). A smaller set is chosen only
+    when its advantage survives the histogram's noise; k = K is plain
+    randomized response. Public inputs and the charged histogram only.
+    """
+    masses = np.cumsum(-np.sort(-np.asarray(histogram, dtype=np.float64)))
+    n_classes = masses.shape[0]
+    z = histogram_z(n_classes) if z is None else float(z)
+    bounds = masses - z * float(noise_sd) * np.sqrt(np.arange(1, n_classes + 1))
+    bounds[-1] = 1.0
+    values = _top_k_values(np.maximum(bounds, 0.0), float(label_epsilon))
+    near = values >= values.max() * (1.0 - 1e-12)
+    return int(np.argmax(near)) + 1
+
+
 def classification_plan(epsilon, n_samples, n_classes):
     """What ``LabelDPClassifier(mechanism='auto')`` does, from public inputs.
 
-    * If e^eps >= 3K + 1: plain randomized response, no prior. A prior can
-      only make RRWithPrior drop a class whose mass is below
-      1 / (e^eps + K - 1) (dropping it must beat the higher keep probability
-      of the smaller set), here under a quarter of the uniform mass 1 / K:
-      too little to gain for the budget the prior would take from the labels.
-    * Otherwise: one stage of RRWithPrior whose prior is a private histogram
-      of the classes costing ``class_prior_epsilon(epsilon, n, K)``; the
-      labels get the rest. RRWithPrior picks the k classes of largest prior
-      mass that maximise the probability of a correct noisy label (004,
-      Lemma 1): k = 1 when epsilon is too small for the labels to beat the
-      majority class (every noisy label is then the histogram's majority
-      class and the model is the majority-class predictor), a top-k set in
-      between, k = K for balanced classes.
+    Step 1, before anything is spent: plain randomized response at the full
+    epsilon when a private class histogram cannot pay for itself,
+
+    * e^eps >= 3K + 1: a prior can only make RR-Top-k drop a class whose
+      mass is below 1 / (e^eps + K - 1) (dropping it must beat the higher
+      keep probability of the smaller set), here under a quarter of the
+      uniform mass 1 / K: too little to gain for the budget the prior takes;
+    * or even the most skewed histogram (one class holding everything) would
+      not make a smaller set win once its noise is accounted for:
+      1 - z sd <= e^eps2 / (e^eps2 + K - 1), sd = :func:`histogram_noise_sd`,
+      z = :func:`histogram_z` (tiny n).
+
+    Otherwise a private class histogram costing
+    ``class_prior_epsilon(epsilon, n, K)``, then RR-Top-k at the rest of the
+    budget on the top k classes of the histogram, k chosen after the
+    histogram is charged by :func:`robust_top_k` (step 2): k = K (plain RR
+    at eps - eps_1) on balanced classes, k = 1 (the histogram's majority
+    class) when the labels are too weak to beat it.
 
     Returns
     -------
@@ -239,17 +299,18 @@ def classification_plan(epsilon, n_samples, n_classes):
     >>> classification_plan(8.0, 1000, 5)["mechanism"]
     'rr'
     >>> plan = classification_plan(0.5, 1000, 10)
-    >>> plan["prior"], round(plan["prior_epsilon"], 4)
-    ('class-frequencies', 0.1)
+    >>> plan["mechanism"], plan["prior"], round(plan["prior_epsilon"], 4)
+    ('rr-top-k', 'class-frequencies', 0.1)
     """
+    plain = {"mechanism": "rr", "prior": "uniform", "prior_epsilon": 0.0, "n_stages": 1}
     if float(epsilon) >= math.log(3.0 * n_classes + 1.0):
-        return {"mechanism": "rr", "prior": "uniform", "prior_epsilon": 0.0, "n_stages": 1}
-    return {
-        "mechanism": "rr-with-prior",
-        "prior": "class-frequencies",
-        "prior_epsilon": class_prior_epsilon(epsilon, n_samples, n_classes),
-        "n_stages": 1,
-    }
+        return plain
+    eps_prior = class_prior_epsilon(epsilon, n_samples, n_classes)
+    best_skewed = 1.0 - histogram_z(n_classes) * histogram_noise_sd(eps_prior, n_samples)
+    if best_skewed <= float(keep_probability(n_classes, float(epsilon) - eps_prior)):
+        return plain
+    return {"mechanism": "rr-top-k", "prior": "class-frequencies", "prior_epsilon": eps_prior,
+            "n_stages": 1}
 
 
 def noise_inverse(noise, classes=None):
