@@ -27,7 +27,7 @@ from ..mechanisms.classification._solver import temper, top_k_order
 from ..utils._random import derive_random_state
 from ._base import BaseLabelDPEstimator
 from ._cluster_prior import cluster_prior_epsilon, cluster_priors, feature_clusters, nearest_cluster
-from ._majority_guard import GUARD_FOLDS, cross_fitted_accuracies, guard_folds
+from ._majority_guard import GUARD_FOLDS, cross_fitted_accuracies, guard_folds, prefers_constant
 from ._multistage import in_top_k, partition_stages, stage_fractions
 from ._noise_aware import (
     backward_correct,
@@ -171,7 +171,8 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         of the model and of the constant predictor (the majority class of
         the private class histogram, else of the debiased noisy labels)
         through the known transition of each row; when the model does not
-        beat the constant, ``predict`` returns the constant class and
+        beat the constant by more than one standard error of the estimated
+        difference, ``predict`` returns the constant class and
         ``predict_proba`` the class prior. Costs 3 extra fits of
         ``base_estimator``. ``'auto'``: on for ``mechanism='auto'``, off
         otherwise. Needs one stage and RR-Top-k noise on one set for all
@@ -710,7 +711,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         self.best_params_, self.cv_results_ = kept
         return {"model_accuracy": model_acc, "constant_accuracy": constant_acc,
                 "difference_se": se, "n_folds": GUARD_FOLDS,
-                "choice": "model" if model_acc > constant_acc else "constant"}
+                "choice": "constant" if prefers_constant(model_acc, constant_acc, se) else "model"}
 
     def _constant_prior(self):
         """The class prior when the guard chose the constant predictor, else None."""

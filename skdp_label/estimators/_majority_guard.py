@@ -26,10 +26,28 @@ import numpy as np
 from ..utils._random import simulation_generator
 from ._noise_aware import debiasing_scale
 
-__all__ = ["GUARD_FOLDS", "guard_folds", "debiased_hits", "cross_fitted_accuracies"]
+__all__ = [
+    "GUARD_FOLDS", "guard_folds", "debiased_hits", "cross_fitted_accuracies", "prefers_constant",
+]
 
 # Folds of the cross-fitting: public and fixed (each costs one fit of the base estimator).
 GUARD_FOLDS = 3
+
+# The constant replaces the model when its estimated advantage exceeds this many
+# standard errors of the difference (one-sided ~84 %).
+GUARD_STANDARD_ERRORS = 1.0
+
+
+def prefers_constant(model_accuracy, constant_accuracy, difference_se):
+    """Whether the guard predicts the constant: only on evidence.
+
+    The estimates are unbiased but, at small epsilon, their difference has a
+    standard error of the order of its size; a point decision is then a coin
+    flip that throws away a model which beats the constant on balanced
+    classes. The guard acts on evidence: the constant's advantage must exceed
+    ``GUARD_STANDARD_ERRORS`` standard errors.
+    """
+    return constant_accuracy - model_accuracy > GUARD_STANDARD_ERRORS * difference_se
 
 
 def guard_folds(X, n_samples, n_folds=GUARD_FOLDS):

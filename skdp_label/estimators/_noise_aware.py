@@ -31,7 +31,7 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..mechanisms.classification._solver import keep_probability
+from ..mechanisms.classification._solver import optimal_k
 
 __all__ = [
     "debiasing_scale",
@@ -48,7 +48,7 @@ __all__ = [
     "classification_plan",
     "histogram_noise_sd",
     "robust_top_k",
-    "histogram_z",
+    "shrink_histogram",
 ]
 
 
@@ -216,17 +216,6 @@ def class_prior_epsilon(epsilon, n_samples, n_classes):
     return min(math.sqrt(float(n_classes) / float(n_samples)), 0.5 * float(epsilon))
 
 
-def histogram_z(n_classes):
-    """z of the lower confidence bound on a noisy histogram's top-k mass.
-
-    The top classes of a noisy histogram are those the noise pushed up: on
-    balanced classes the largest of K noisy frequencies exceeds its mean by
-    about sd * sqrt(2 ln K); one more sd of margin on top of that selection
-    bias (about 3 for K = 10).
-    """
-    return 1.0 + math.sqrt(2.0 * math.log(max(int(n_classes), 2)))
-
-
 def histogram_noise_sd(prior_epsilon, n_samples):
     """Standard deviation of one class frequency of the private histogram.
 
@@ -236,50 +225,51 @@ def histogram_noise_sd(prior_epsilon, n_samples):
     return 2.0 * math.sqrt(2.0) / (float(prior_epsilon) * float(n_samples))
 
 
-def _top_k_values(masses, epsilon):
-    """Lemma 1's P(noisy label correct) for each k, from top-k masses."""
-    ks = np.arange(1, masses.shape[-1] + 1)
-    return masses * keep_probability(ks, epsilon)
+def shrink_histogram(histogram, noise_sd):
+    """Posterior mean of the class frequencies given their noisy histogram.
+
+    Empirical Bayes (James-Stein): the K true frequencies are taken as
+    exchangeable draws around 1 / K with variance tau^2, each observed with
+    noise of variance sd^2; the posterior mean is 1 / K + B (x - 1 / K) with
+    B = tau^2 / (tau^2 + sd^2), and tau^2 is estimated from the spread of the
+    noisy frequencies, max(0, mean((x - 1/K)^2) - sd^2 (K - 1) / K). Balanced
+    classes whose differences are all noise come back near uniform; a
+    skewed histogram far above its noise is kept. Post-processing of the
+    histogram and public inputs.
+    """
+    x = np.asarray(histogram, dtype=np.float64)
+    center = 1.0 / x.shape[0]
+    spread = float(np.mean((x - center) ** 2))
+    tau2 = max(0.0, spread - float(noise_sd) ** 2 * (x.shape[0] - 1) / x.shape[0])
+    weight = tau2 / (tau2 + float(noise_sd) ** 2) if tau2 > 0 else 0.0
+    return center + weight * (x - center)
 
 
-def robust_top_k(histogram, label_epsilon, noise_sd, z=None):
+def robust_top_k(histogram, label_epsilon, noise_sd):
     """Size k of the top-k set for a noisy class histogram (step 2 of 'auto').
 
     RRWithPrior's rule (004, Lemma 1) maximises (top-k mass) * e^eps /
-    (e^eps + k - 1), but on a noisy histogram the largest masses are biased
-    upward (the top classes are the ones the noise pushed up), so on
-    balanced classes it drops classes, even to k = 1, for nothing. Here the
-    top-k mass is replaced by a lower confidence bound, mass - z * sd *
-    sqrt(k) (k independent noisy frequencies, z = :func:`histogram_z`,
-    which covers the selection of the top classes), while the whole set keeps
-    mass 1 exactly (the total n is public). A smaller set is chosen only
-    when its advantage survives the histogram's noise; k = K is plain
-    randomized response. Public inputs and the charged histogram only.
+    (e^eps + k - 1), the probability that a noisy label is correct. At small
+    epsilon that objective is nearly flat in k for balanced classes (about
+    1 / K for every k), so on the raw noisy histogram the noise decides k,
+    down to k = 1 (a constant) on balanced data. The Bayes choice maximises
+    the objective's posterior mean: the same rule on the posterior mean of
+    the frequencies, :func:`shrink_histogram` (the top-k set is that of the
+    noisy histogram, whose order shrinkage keeps). k = K is plain randomized
+    response (ties go to the smallest k, and a uniform histogram gives K).
     """
-    masses = np.cumsum(-np.sort(-np.asarray(histogram, dtype=np.float64)))
-    n_classes = masses.shape[0]
-    z = histogram_z(n_classes) if z is None else float(z)
-    bounds = masses - z * float(noise_sd) * np.sqrt(np.arange(1, n_classes + 1))
-    bounds[-1] = 1.0
-    values = _top_k_values(np.maximum(bounds, 0.0), float(label_epsilon))
-    near = values >= values.max() * (1.0 - 1e-12)
-    return int(np.argmax(near)) + 1
+    shrunk = shrink_histogram(histogram, noise_sd)
+    return int(optimal_k(shrunk[None, :], float(label_epsilon))[0])
 
 
 def classification_plan(epsilon, n_samples, n_classes):
     """What ``LabelDPClassifier(mechanism='auto')`` does, from public inputs.
 
     Step 1, before anything is spent: plain randomized response at the full
-    epsilon when a private class histogram cannot pay for itself,
-
-    * e^eps >= 3K + 1: a prior can only make RR-Top-k drop a class whose
-      mass is below 1 / (e^eps + K - 1) (dropping it must beat the higher
-      keep probability of the smaller set), here under a quarter of the
-      uniform mass 1 / K: too little to gain for the budget the prior takes;
-    * or even the most skewed histogram (one class holding everything) would
-      not make a smaller set win once its noise is accounted for:
-      1 - z sd <= e^eps2 / (e^eps2 + K - 1), sd = :func:`histogram_noise_sd`,
-      z = :func:`histogram_z` (tiny n).
+    epsilon when e^eps >= 3K + 1: a prior can only make RR-Top-k drop a
+    class whose mass is below 1 / (e^eps + K - 1) (dropping it must beat the
+    higher keep probability of the smaller set), here under a quarter of the
+    uniform mass 1 / K: too little to gain for the budget the prior takes.
 
     Otherwise a private class histogram costing
     ``class_prior_epsilon(epsilon, n, K)``, then RR-Top-k at the rest of the
@@ -302,15 +292,14 @@ def classification_plan(epsilon, n_samples, n_classes):
     >>> plan["mechanism"], plan["prior"], round(plan["prior_epsilon"], 4)
     ('rr-top-k', 'class-frequencies', 0.1)
     """
-    plain = {"mechanism": "rr", "prior": "uniform", "prior_epsilon": 0.0, "n_stages": 1}
     if float(epsilon) >= math.log(3.0 * n_classes + 1.0):
-        return plain
-    eps_prior = class_prior_epsilon(epsilon, n_samples, n_classes)
-    best_skewed = 1.0 - histogram_z(n_classes) * histogram_noise_sd(eps_prior, n_samples)
-    if best_skewed <= float(keep_probability(n_classes, float(epsilon) - eps_prior)):
-        return plain
-    return {"mechanism": "rr-top-k", "prior": "class-frequencies", "prior_epsilon": eps_prior,
-            "n_stages": 1}
+        return {"mechanism": "rr", "prior": "uniform", "prior_epsilon": 0.0, "n_stages": 1}
+    return {
+        "mechanism": "rr-top-k",
+        "prior": "class-frequencies",
+        "prior_epsilon": class_prior_epsilon(epsilon, n_samples, n_classes),
+        "n_stages": 1,
+    }
 
 
 def noise_inverse(noise, classes=None):
