@@ -122,7 +122,7 @@ def main():
             means, sems = scores.mean(axis=0), scores.std(axis=0) / np.sqrt(scores.shape[0])
             cells = " | ".join(f"{m:.3f}±{s:.3f}" for m, s in zip(means, sems))
             print(f"| {method} | {cells} |")
-        print(f"| majority | " + " | ".join(f"{refs['majority']:.3f}" for _ in EPSILONS) + " |")
+        print("| majority | " + " | ".join(f"{refs['majority']:.3f}" for _ in EPSILONS) + " |")
 
 
 if __name__ == "__main__":

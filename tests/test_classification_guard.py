@@ -58,8 +58,8 @@ def test_debiased_hits_are_unbiased_exactly(epsilon):
         for y in range(n_classes):
             for f in range(n_classes):
                 outputs = np.arange(n_classes)
-                hits = debiased_hits(outputs, np.full(n_classes, f), np.tile(in_top, (n_classes, 1)),
-                                     epsilon)
+                masks = np.tile(in_top, (n_classes, 1))
+                hits = debiased_hits(outputs, np.full(n_classes, f), masks, epsilon)
                 expected = float(matrix[y] @ hits)
                 if not in_top[f]:
                     assert expected == 0.0
@@ -139,8 +139,9 @@ def test_guard_charges_nothing_more_and_keeps_nothing_private():
     ledgers = []
     for guard in (False, True):
         acc = BudgetAccountant(epsilon=10.0)
-        clf = LabelDPClassifier(DecisionTreeClassifier(random_state=0), "auto", 0.5, classes=range(3),
-                                majority_guard=guard, accountant=acc, random_state=3).fit(X, y)
+        clf = LabelDPClassifier(DecisionTreeClassifier(random_state=0), "auto", 0.5,
+                                classes=range(3), majority_guard=guard, accountant=acc,
+                                random_state=3).fit(X, y)
         ledgers.append([(e.epsilon, e.delta) for e in acc.ledger])
         assert acc.spent_epsilon == pytest.approx(0.5) and clf.epsilon_spent_ == pytest.approx(0.5)
     assert ledgers[0] == ledgers[1]
@@ -243,7 +244,8 @@ def test_rule_is_monotone_in_epsilon_and_skew():
     histogram = rng.dirichlet(np.ones(6))
     assert np.array_equal(np.argsort(shrink_histogram(histogram, 0.05)), np.argsort(histogram))
     # Noisier histograms are trusted less: k never shrinks as the noise grows.
-    ks = [robust_top_k(np.array([0.5, 0.2, 0.1, 0.1, 0.1]), 0.3, sd) for sd in (0.0, 0.05, 0.2, 1.0)]
+    skewed = np.array([0.5, 0.2, 0.1, 0.1, 0.1])
+    ks = [robust_top_k(skewed, 0.3, sd) for sd in (0.0, 0.05, 0.2, 1.0)]
     assert np.all(np.diff(ks) >= 0) and ks[-1] == 5
 
 
@@ -258,4 +260,5 @@ def test_auto_uses_the_chosen_set_for_noise_and_correction():
     assert clf.plan_["k"] == expected
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyLeakWarning)
-        assert np.all(np.isin(clf.predict(X[:50]), np.argsort(-clf.cluster_histograms_[0])[:expected]))
+        top = np.argsort(-clf.cluster_histograms_[0])[:expected]
+        assert np.all(np.isin(clf.predict(X[:50]), top))

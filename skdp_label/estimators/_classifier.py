@@ -212,7 +212,8 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         Epsilon spent on the prior histograms (0 if none).
     plan_ : dict
         The mechanism, prior, prior budget and stages used (what
-        ``mechanism='auto'`` chose).
+        ``mechanism='auto'`` chose; with its class histogram, also ``k``,
+        the size of the top-k set chosen from it).
     cluster_histograms_ : ndarray of shape (n_clusters, n_classes) or None
         The private prior histograms (epsilon-DP; one row for
         ``'class-frequencies'``).
@@ -625,7 +626,8 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         self.prior_estimator_ = previous if self.proba_correction is not None else None
         self.majority_guard_ = None
         if self._guards():
-            self.majority_guard_ = self._guard(X, noisy_codes, masks, eps_labels, routed, mechanisms[0])
+            self.majority_guard_ = self._guard(
+                X, noisy_codes, masks, eps_labels, routed, mechanisms[0])
             progress(
                 f"majority guard: the {self.majority_guard_['choice']} predicts (cross-fitted "
                 "accuracy estimates from the noisy labels)"
