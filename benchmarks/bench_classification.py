@@ -13,7 +13,13 @@ standardised LogisticRegression and reports the mean test accuracy on the
 * ``clusters``: prior='clusters' (10 k-means clusters, prior_epsilon='auto'),
   RRWithPrior, uncorrected.
 * ``clusters + correction``: the same, backward-corrected per cluster.
-* ``auto``: mechanism='auto' (private class histogram + RRWithPrior), corrected.
+* ``auto``: mechanism='auto' (plain RR, or a private class histogram and
+  RR-Top-k on its robust top k; majority guard on), corrected.
+* ``auto, no guard``: the same with ``majority_guard=False`` (the rule alone).
+* ``auto (before)``: the previous rule (RR when e^eps >= 3K + 1, else the
+  histogram and RRWithPrior's Lemma-1 k), emulated with
+  ``mechanism='rr-with-prior', prior='class-frequencies'``: same noise streams.
+* ``RR + guard``: mechanism='rr' with ``majority_guard=True``.
 * ``auto + shrinkage``: mechanism='auto', shrinkage='auto'.
 * ``RR, LP-RR-SGD``: mechanism='rr' with ``DebiasedSGDClassifier`` (004
   Alg. 5) as the base model, on features standardised beforehand.
@@ -21,9 +27,14 @@ standardised LogisticRegression and reports the mean test accuracy on the
   ``non-private`` (the model on true labels), as references.
 
     PYTHONPATH=. python benchmarks/bench_classification.py [--datasets digits fair-rating]
+        [--methods RR auto ...] [--seeds 3]
+
+The default ``--methods`` are RR, auto, auto without guard, the previous
+auto and RR + guard; ``--methods all`` runs every method above.
 """
 
 import argparse
+import math
 import time
 import warnings
 
@@ -47,18 +58,30 @@ METHODS = {
     "clusters": dict(CLUSTERS, proba_correction=None),
     "clusters + correction": dict(CLUSTERS),
     "auto": dict(mechanism="auto"),
+    "auto, no guard": dict(mechanism="auto", majority_guard=False),
+    "auto (before)": "previous rule",
+    "RR + guard": dict(mechanism="rr", majority_guard=True),
     "auto + shrinkage": dict(mechanism="auto", shrinkage="auto"),
     "RR, LP-RR-SGD": dict(mechanism="rr"),
 }
+DEFAULT_METHODS = ("RR", "auto", "auto, no guard", "auto (before)", "RR + guard")
+
+
+def previous_auto(eps, n_classes):
+    """The rule of 'auto' before the majority guard: RR when e^eps >= 3K + 1,
+    else a class histogram (sqrt(K / n), at most eps / 2) and RRWithPrior."""
+    if eps >= math.log(3 * n_classes + 1):
+        return dict(mechanism="rr")
+    return dict(mechanism="rr-with-prior", prior="class-frequencies", prior_epsilon="auto")
 
 
 def model():
     return make_pipeline(StandardScaler(), LogisticRegression(max_iter=500))
 
 
-def run(name, seeds=(0, 1, 2), epsilons=EPSILONS):
+def run(name, seeds=(0, 1, 2), epsilons=EPSILONS, methods=DEFAULT_METHODS):
     X, y, classes = load_classification(name)
-    table = {m: np.zeros((len(seeds), len(epsilons))) for m in METHODS}
+    table = {m: np.zeros((len(seeds), len(epsilons))) for m in methods}
     refs = {"majority": [], "non-private": []}
     for s, seed in enumerate(seeds):
         X_tr, X_te, y_tr, y_te = train_test_split(
@@ -68,7 +91,10 @@ def run(name, seeds=(0, 1, 2), epsilons=EPSILONS):
         refs["non-private"].append(float(model().fit(X_tr, y_tr).score(X_te, y_te)))
         scaler = StandardScaler().fit(X_tr)  # public features
         for e, eps in enumerate(epsilons):
-            for method, params in METHODS.items():
+            for method in methods:
+                params = METHODS[method]
+                if params == "previous rule":
+                    params = previous_auto(eps, len(classes))
                 sgd = method.endswith("SGD")
                 base = DebiasedSGDClassifier(alpha=1e-3, random_state=seed) if sgd else model()
                 clf = LabelDPClassifier(base, epsilon=eps, classes=classes,
@@ -81,10 +107,13 @@ def run(name, seeds=(0, 1, 2), epsilons=EPSILONS):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--datasets", nargs="+", default=["digits", "fair-rating", "anes96"])
+    parser.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS))
+    parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
+    methods = list(METHODS) if args.methods == ["all"] else args.methods
     for name in args.datasets:
         start = time.perf_counter()
-        table, refs, n = run(name)
+        table, refs, n = run(name, seeds=tuple(range(args.seeds)), methods=methods)
         print(f"\n### {name} (n = {n}; majority {refs['majority']:.3f}, "
               f"non-private {refs['non-private']:.3f}; {time.perf_counter() - start:.0f} s)\n")
         print("| method | " + " | ".join(f"ε={e:g}" for e in EPSILONS) + " |")
@@ -93,6 +122,7 @@ def main():
             means, sems = scores.mean(axis=0), scores.std(axis=0) / np.sqrt(scores.shape[0])
             cells = " | ".join(f"{m:.3f}±{s:.3f}" for m, s in zip(means, sems))
             print(f"| {method} | {cells} |")
+        print("| majority | " + " | ".join(f"{refs['majority']:.3f}" for _ in EPSILONS) + " |")
 
 
 if __name__ == "__main__":

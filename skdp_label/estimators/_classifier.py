@@ -27,6 +27,7 @@ from ..mechanisms.classification._solver import temper, top_k_order
 from ..utils._random import derive_random_state
 from ._base import BaseLabelDPEstimator
 from ._cluster_prior import cluster_prior_epsilon, cluster_priors, feature_clusters, nearest_cluster
+from ._majority_guard import GUARD_FOLDS, cross_fitted_accuracies, guard_folds, prefers_constant
 from ._multistage import in_top_k, partition_stages, stage_fractions
 from ._noise_aware import (
     backward_correct,
@@ -35,6 +36,8 @@ from ._noise_aware import (
     debiased_frequencies,
     debiased_targets,
     effective_sample_size,
+    histogram_noise_sd,
+    robust_top_k,
     shrinkage_weight,
 )
 from ..utils._progress import format_epsilon
@@ -111,9 +114,12 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             default='rr-with-prior'
         Label mechanism (a registered classification name, or an instance,
         which is cloned and given this estimator's ``epsilon``). ``'auto'``
-        follows the documented rule (docs/classification.md): one stage of
-        RRWithPrior with a private class histogram as prior costing
-        min(sqrt(K / n), epsilon / 2); see ``plan_``.
+        follows the documented rule (docs/classification.md): plain
+        randomized response when a prior cannot pay for itself (decided from
+        epsilon, n and K before spending), else a private class histogram
+        costing min(sqrt(K / n), epsilon / 2) and RR-Top-k on its top k
+        classes, k chosen from the noisy histogram with its noise accounted
+        for (k = K on balanced classes); see ``plan_``.
     epsilon : float, default=1.0
         Total privacy cost of one label per fit.
     n_stages : int, default=1
@@ -158,6 +164,19 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         class frequencies of the first stage's noisy labels (free). ``'auto'``:
         K^2 / (K^2 + n_e), n_e the effective number of clean labels behind the
         model (docs/classification.md).
+    majority_guard : 'auto' or bool, default='auto'
+        Guard toward the trivial predictor (free post-processing of the noisy
+        labels): 3-fold cross-fitting on the noisy labels (folds from the
+        public features only) estimates, without bias, the held-out accuracy
+        of the model and of the constant predictor (the majority class of
+        the private class histogram, else of the debiased noisy labels)
+        through the known transition of each row; when the model does not
+        beat the constant by more than one standard error of the estimated
+        difference, ``predict`` returns the constant class and
+        ``predict_proba`` the class prior. Costs 3 extra fits of
+        ``base_estimator``. ``'auto'``: on for ``mechanism='auto'``, off
+        otherwise. Needs one stage and RR-Top-k noise on one set for all
+        rows (no ``prior='clusters'``).
     param_grid : dict or list of dicts, optional
         Parameters of ``base_estimator`` to choose by ``GridSearchCV`` on the
         noisy labels with :func:`~skdp_label.estimators.debiased_accuracy_scorer`
@@ -193,7 +212,8 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         Epsilon spent on the prior histograms (0 if none).
     plan_ : dict
         The mechanism, prior, prior budget and stages used (what
-        ``mechanism='auto'`` chose).
+        ``mechanism='auto'`` chose; with its class histogram, also ``k``,
+        the size of the top-k set chosen from it).
     cluster_histograms_ : ndarray of shape (n_clusters, n_classes) or None
         The private prior histograms (epsilon-DP; one row for
         ``'class-frequencies'``).
@@ -205,6 +225,11 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         is set and there is no prior histogram).
     shrinkage_ : float
         Weight of the class prior in ``predict_proba``.
+    majority_guard_ : dict or None
+        The guard's cross-fitted estimates from the noisy labels:
+        ``model_accuracy``, ``constant_accuracy``, ``difference_se`` (standard
+        error of their difference), ``n_folds`` and ``choice`` (``'model'`` or
+        ``'constant'``); None when the guard is off.
     prior_estimator_ : estimator or None
         The previous stage's model (multi-stage training with
         ``proba_correction``): its priors give the last stage's top-k sets.
@@ -251,6 +276,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         "reuse_labels": ["boolean"],
         "proba_correction": [StrOptions({"backward"}), None],
         "shrinkage": [StrOptions({"auto"}), Interval(Real, 0, 1, closed="both"), None],
+        "majority_guard": [StrOptions({"auto"}), "boolean"],
     }
 
     def __init__(
@@ -269,6 +295,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         reuse_labels: bool = True,
         proba_correction: str | None = "backward",
         shrinkage: float | str | None = None,
+        majority_guard: bool | str = "auto",
         param_grid: dict | list | None = None,
         cv: int | Any = None,
         accountant: BudgetAccountant | None = None,
@@ -288,6 +315,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         self.reuse_labels = reuse_labels
         self.proba_correction = proba_correction
         self.shrinkage = shrinkage
+        self.majority_guard = majority_guard
         self.param_grid = param_grid
         self.cv = cv
         self.accountant = accountant
@@ -390,13 +418,21 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
                                  "proba_correction='backward'.")
             if not hasattr(self.base_estimator, "predict_proba"):
                 raise ValueError("shrinkage needs a base_estimator with predict_proba.")
+        if self._guards():
+            if self.n_stages != 1 or self.prior == "clusters":
+                raise ValueError(
+                    "majority_guard needs one stage and one noise set for all rows: set "
+                    "n_stages=1 and a prior other than 'clusters', or majority_guard=False."
+                )
+            uses_noise = True
         if uses_noise:
             for mech in mechanisms:
                 if not _is_rr_top_k(mech):
                     raise ValueError(
                         f"{type(mech).__name__}'s transition is not RR-Top-k: proba_correction, "
-                        "shrinkage and noise-aware base estimators need mechanism 'rr', "
-                        "'rr-top-k' or 'rr-with-prior' (or set proba_correction=None)."
+                        "shrinkage, majority_guard and noise-aware base estimators need mechanism "
+                        "'rr', 'rr-top-k' or 'rr-with-prior' (or set proba_correction=None, "
+                        "majority_guard=False)."
                     )
 
     def _stage_masks(self, mech, priors, n_rows):
@@ -510,6 +546,11 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
                 cluster_of, n_clusters, codes, n_classes, eps_prior, rng
             )
             self.cluster_centers_ = centers
+            if self.mechanism == "auto":  # step 2 of the rule: k from the charged histogram
+                plan["k"] = robust_top_k(self.cluster_histograms_[0], eps_labels,
+                                         histogram_noise_sd(eps_prior, codes.shape[0]))
+                for mech in mechanisms:
+                    mech.set_params(k=plan["k"])
             progress(
                 f"cluster prior: noisy class histograms of {n_clusters} clusters, epsilon "
                 f"{format_epsilon(eps_prior)}"
@@ -583,6 +624,14 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         # The previous stage's model gives the last stage's priors, hence the
         # noise sets that the correction needs at prediction time.
         self.prior_estimator_ = previous if self.proba_correction is not None else None
+        self.majority_guard_ = None
+        if self._guards():
+            self.majority_guard_ = self._guard(
+                X, noisy_codes, masks, eps_labels, routed, mechanisms[0])
+            progress(
+                f"majority guard: the {self.majority_guard_['choice']} predicts (cross-fitted "
+                "accuracy estimates from the noisy labels)"
+            )
         self._fit_shrinkage(noisy_codes, masks, parts, train_masks, eps_labels)
         # Stages compose in parallel (disjoint rows); refits add up.
         self.epsilon_spent_ = getattr(self, "epsilon_spent_", 0.0) + eps_prior + max(
@@ -601,17 +650,78 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         """
         self.class_prior_ = None
         self.shrinkage_ = 0.0
-        if self.shrinkage is None:
+        if self.shrinkage is None and self.majority_guard_ is None:
             return
         if self.cluster_histograms_ is None:
             first = parts[0]
             self.class_prior_ = debiased_frequencies(
                 noisy_codes[first], masks[first], eps_labels, self.classes_.shape[0])
+        if self.shrinkage is None:
+            return
         if self.shrinkage == "auto":
             n_eff = effective_sample_size(train_masks, eps_labels, train_masks.shape[0])
             self.shrinkage_ = shrinkage_weight(n_eff, self.classes_.shape[0])
         else:
             self.shrinkage_ = float(self.shrinkage)
+
+    def _guards(self):
+        """Whether the majority guard runs (``'auto'``: for mechanism='auto')."""
+        if self.majority_guard == "auto":
+            return isinstance(self.mechanism, str) and self.mechanism == "auto"
+        return bool(self.majority_guard)
+
+    def _model_codes(self, model, X, masks, epsilon):
+        """What ``predict`` returns for a model, given each row's noise set
+        (without shrinkage)."""
+        if (self.proba_correction is not None and hasattr(model, "predict_proba")
+                and not _is_noise_aware(model)):
+            return np.argmax(backward_correct(self._proba(model, X), masks, epsilon), axis=1)
+        return np.asarray(model.predict(X), dtype=np.int64)
+
+    def _guard(self, X, noisy_codes, masks, epsilon, routed, mech):
+        """Cross-fitted model vs constant on the noisy labels (free; docs/classification.md).
+
+        The constant is the private histogram's top class when there is one
+        (a separate, charged release), else the top class of the debiased
+        frequencies of the training folds' noisy labels. Only the two means
+        and the standard error of their difference are kept.
+        """
+        n_samples, n_classes = masks.shape
+        if n_samples < 2 * GUARD_FOLDS:  # too few rows to hold any out: keep the model
+            return {"model_accuracy": None, "constant_accuracy": None, "difference_se": None,
+                    "n_folds": GUARD_FOLDS, "choice": "model"}
+        histogram = None if self.cluster_histograms_ is None else self.cluster_histograms_[0]
+        noise_aware = _is_noise_aware(self.base_estimator)
+
+        def fit_predict(train, test):
+            targets = (debiased_targets(noisy_codes[train], masks[train], epsilon, n_classes)
+                       if noise_aware else None)
+            model = self._fit_model(_safe_indexing(X, train), noisy_codes[train], targets,
+                                    _check_method_params(X, routed, train), mech)
+            return self._model_codes(model, _safe_indexing(X, test), masks[test], epsilon)
+
+        def constant_class(train):
+            if histogram is not None:
+                return int(np.argmax(histogram))
+            return int(np.argmax(debiased_frequencies(
+                noisy_codes[train], masks[train], epsilon, n_classes)))
+
+        # The fold fits must not replace the final model's search results.
+        kept = getattr(self, "best_params_", None), getattr(self, "cv_results_", None)
+        model_acc, constant_acc, se = cross_fitted_accuracies(
+            fit_predict, constant_class, noisy_codes, masks, epsilon, guard_folds(X, n_samples))
+        self.best_params_, self.cv_results_ = kept
+        return {"model_accuracy": model_acc, "constant_accuracy": constant_acc,
+                "difference_se": se, "n_folds": GUARD_FOLDS,
+                "choice": "constant" if prefers_constant(model_acc, constant_acc, se) else "model"}
+
+    def _constant_prior(self):
+        """The class prior when the guard chose the constant predictor, else None."""
+        if self.majority_guard_ is None or self.majority_guard_["choice"] != "constant":
+            return None
+        if self.cluster_histograms_ is not None:
+            return self.cluster_histograms_[0]
+        return self.class_prior_
 
     def _class_priors(self, X):
         """Per-row priors the final stage randomized with (None: uniform)."""
@@ -657,7 +767,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         y_pred : ndarray of shape (n_samples,)
         """
         check_is_fitted(self)
-        if self._corrects():
+        constant = self._constant_prior()
+        if constant is not None:
+            codes = np.full(_num_rows(X), np.argmax(constant))
+        elif self._corrects():
             codes = np.argmax(self.predict_proba(X, **predict_params), axis=1)
         else:
             codes = self._delegate("predict", X, predict_params)
@@ -687,6 +800,9 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             Columns follow ``classes_``.
         """
         check_is_fitted(self)
+        constant = self._constant_prior()
+        if constant is not None:
+            return np.tile(constant, (_num_rows(X), 1))
         proba = self._all_classes(
             self.estimator_, self._delegate("predict_proba", X, predict_proba_params))
         if self.proba_correction is not None and not _is_noise_aware(self.estimator_):

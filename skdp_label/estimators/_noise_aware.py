@@ -31,6 +31,8 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ..mechanisms.classification._solver import optimal_k
+
 __all__ = [
     "debiasing_scale",
     "debiased_targets",
@@ -44,6 +46,9 @@ __all__ = [
     "softmax",
     "class_prior_epsilon",
     "classification_plan",
+    "histogram_noise_sd",
+    "robust_top_k",
+    "shrink_histogram",
 ]
 
 
@@ -211,22 +216,67 @@ def class_prior_epsilon(epsilon, n_samples, n_classes):
     return min(math.sqrt(float(n_classes) / float(n_samples)), 0.5 * float(epsilon))
 
 
+def histogram_noise_sd(prior_epsilon, n_samples):
+    """Standard deviation of one class frequency of the private histogram.
+
+    Each count gets discrete Laplace noise of scale 2 / eps_1 (variance
+    about 8 / eps_1^2); the frequencies divide by about n. Public.
+    """
+    return 2.0 * math.sqrt(2.0) / (float(prior_epsilon) * float(n_samples))
+
+
+def shrink_histogram(histogram, noise_sd):
+    """Posterior mean of the class frequencies given their noisy histogram.
+
+    Empirical Bayes (James-Stein): the K true frequencies are taken as
+    exchangeable draws around 1 / K with variance tau^2, each observed with
+    noise of variance sd^2; the posterior mean is 1 / K + B (x - 1 / K) with
+    B = tau^2 / (tau^2 + sd^2), and tau^2 is estimated from the spread of the
+    noisy frequencies, max(0, mean((x - 1/K)^2) - sd^2 (K - 1) / K). Balanced
+    classes whose differences are all noise come back near uniform; a
+    skewed histogram far above its noise is kept. Post-processing of the
+    histogram and public inputs.
+    """
+    x = np.asarray(histogram, dtype=np.float64)
+    center = 1.0 / x.shape[0]
+    spread = float(np.mean((x - center) ** 2))
+    tau2 = max(0.0, spread - float(noise_sd) ** 2 * (x.shape[0] - 1) / x.shape[0])
+    weight = tau2 / (tau2 + float(noise_sd) ** 2) if tau2 > 0 else 0.0
+    return center + weight * (x - center)
+
+
+def robust_top_k(histogram, label_epsilon, noise_sd):
+    """Size k of the top-k set for a noisy class histogram (step 2 of 'auto').
+
+    RRWithPrior's rule (004, Lemma 1) maximises (top-k mass) * e^eps /
+    (e^eps + k - 1), the probability that a noisy label is correct. At small
+    epsilon that objective is nearly flat in k for balanced classes (about
+    1 / K for every k), so on the raw noisy histogram the noise decides k,
+    down to k = 1 (a constant) on balanced data. The Bayes choice maximises
+    the objective's posterior mean: the same rule on the posterior mean of
+    the frequencies, :func:`shrink_histogram` (the top-k set is that of the
+    noisy histogram, whose order shrinkage keeps). k = K is plain randomized
+    response (ties go to the smallest k, and a uniform histogram gives K).
+    """
+    shrunk = shrink_histogram(histogram, noise_sd)
+    return int(optimal_k(shrunk[None, :], float(label_epsilon))[0])
+
+
 def classification_plan(epsilon, n_samples, n_classes):
     """What ``LabelDPClassifier(mechanism='auto')`` does, from public inputs.
 
-    * If e^eps >= 3K + 1: plain randomized response, no prior. A prior can
-      only make RRWithPrior drop a class whose mass is below
-      1 / (e^eps + K - 1) (dropping it must beat the higher keep probability
-      of the smaller set), here under a quarter of the uniform mass 1 / K:
-      too little to gain for the budget the prior would take from the labels.
-    * Otherwise: one stage of RRWithPrior whose prior is a private histogram
-      of the classes costing ``class_prior_epsilon(epsilon, n, K)``; the
-      labels get the rest. RRWithPrior picks the k classes of largest prior
-      mass that maximise the probability of a correct noisy label (004,
-      Lemma 1): k = 1 when epsilon is too small for the labels to beat the
-      majority class (every noisy label is then the histogram's majority
-      class and the model is the majority-class predictor), a top-k set in
-      between, k = K for balanced classes.
+    Step 1, before anything is spent: plain randomized response at the full
+    epsilon when e^eps >= 3K + 1: a prior can only make RR-Top-k drop a
+    class whose mass is below 1 / (e^eps + K - 1) (dropping it must beat the
+    higher keep probability of the smaller set), here under a quarter of the
+    uniform mass 1 / K: too little to gain for the budget the prior takes.
+
+    Otherwise a private class histogram costing
+    ``class_prior_epsilon(epsilon, n, K)``, then RR-Top-k at the rest of the
+    budget on the top k classes of the histogram, k chosen after the
+    histogram is charged by :func:`robust_top_k` (step 2): k = K (plain RR
+    at eps - eps_1) on balanced classes, k = 1 (the histogram's majority
+    class) when the labels are too weak to beat it.
 
     Returns
     -------
@@ -239,13 +289,13 @@ def classification_plan(epsilon, n_samples, n_classes):
     >>> classification_plan(8.0, 1000, 5)["mechanism"]
     'rr'
     >>> plan = classification_plan(0.5, 1000, 10)
-    >>> plan["prior"], round(plan["prior_epsilon"], 4)
-    ('class-frequencies', 0.1)
+    >>> plan["mechanism"], plan["prior"], round(plan["prior_epsilon"], 4)
+    ('rr-top-k', 'class-frequencies', 0.1)
     """
     if float(epsilon) >= math.log(3.0 * n_classes + 1.0):
         return {"mechanism": "rr", "prior": "uniform", "prior_epsilon": 0.0, "n_stages": 1}
     return {
-        "mechanism": "rr-with-prior",
+        "mechanism": "rr-top-k",
         "prior": "class-frequencies",
         "prior_epsilon": class_prior_epsilon(epsilon, n_samples, n_classes),
         "n_stages": 1,

@@ -1,0 +1,123 @@
+"""Guard toward the trivial predictor: pure functions (docs/classification.md).
+
+After training on RR-Top-k labels, a model is compared with the constant
+predictor (one class for every row) by cross-fitting on the *noisy* labels:
+each held-out fold is predicted by a model and a constant fitted on the other
+folds, and both predictions are scored against the fold's noisy labels
+through the known inverse transition of each row. Post-processing of the
+noisy labels and the public features: no budget.
+
+For a row randomized on the set S (k classes, keep probability
+e^eps / (e^eps + k - 1)) and a prediction f in S, the estimate
+
+    h(y~, f) = (1{y~ = f} - p) / (1 - k p),      p = 1 / (e^eps + k - 1),
+
+is G_S[y~, f], so E[h | y] = 1{f = y} when y is in S, and 1 / k when y is
+outside S (its output is uniform on S), whatever f in S. Every candidate here
+predicts inside S (the corrected model puts no mass outside S, the constant is
+the top class of the prior that chose S), so the bias is the same for both and
+their difference is unbiased. Predictions outside S score 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..utils._random import simulation_generator
+from ._noise_aware import debiasing_scale
+
+__all__ = [
+    "GUARD_FOLDS", "guard_folds", "debiased_hits", "cross_fitted_accuracies", "prefers_constant",
+]
+
+# Folds of the cross-fitting: public and fixed (each costs one fit of the base estimator).
+GUARD_FOLDS = 3
+
+# The constant replaces the model when its estimated advantage exceeds this many
+# standard errors of the difference (one-sided ~84 %).
+GUARD_STANDARD_ERRORS = 1.0
+
+
+def prefers_constant(model_accuracy, constant_accuracy, difference_se):
+    """Whether the guard predicts the constant: only on evidence.
+
+    The estimates are unbiased but, at small epsilon, their difference has a
+    standard error of the order of its size; a point decision is then a coin
+    flip that throws away a model which beats the constant on balanced
+    classes. The guard acts on evidence: the constant's advantage must exceed
+    ``GUARD_STANDARD_ERRORS`` standard errors.
+    """
+    return constant_accuracy - model_accuracy > GUARD_STANDARD_ERRORS * difference_se
+
+
+def guard_folds(X, n_samples, n_folds=GUARD_FOLDS):
+    """Disjoint held-out index sets covering ``range(n_samples)``.
+
+    Shuffled by a generator seeded from the public features only (never from
+    the label-noise stream or ``random_state``), so the folds reveal nothing
+    and do not depend on the noise seed; rows stored sorted by class still
+    land in every fold.
+    """
+    rng = simulation_generator("majority guard folds", X, int(n_folds))
+    return np.array_split(rng.permutation(int(n_samples)), int(n_folds))
+
+
+def debiased_hits(noisy_codes, pred_codes, in_top, epsilon):
+    """Per-row unbiased estimates of 1{prediction = true label} (see module notes).
+
+    Parameters
+    ----------
+    noisy_codes, pred_codes : ndarray of int, shape (n_samples,)
+    in_top : ndarray of bool, shape (n_samples, n_classes)
+        The set each label was randomized on.
+    epsilon : float
+        The epsilon the labels were randomized with.
+
+    Returns
+    -------
+    hits : ndarray of shape (n_samples,)
+    """
+    noisy_codes = np.asarray(noisy_codes, dtype=np.int64)
+    pred_codes = np.asarray(pred_codes, dtype=np.int64)
+    in_top = np.asarray(in_top, dtype=bool)
+    rows = np.arange(noisy_codes.shape[0])
+    p, scale = debiasing_scale(in_top.sum(axis=1), epsilon)
+    hits = ((noisy_codes == pred_codes) - p) / scale
+    return np.where(in_top[rows, pred_codes], hits, 0.0)
+
+
+def cross_fitted_accuracies(fit_predict, constant_class, noisy_codes, in_top, epsilon, folds):
+    """Held-out debiased accuracies of a model and of the constant predictor.
+
+    Parameters
+    ----------
+    fit_predict : callable ``(train, test) -> predicted codes of test``
+        Fits the model on the noisy labels of ``train`` only.
+    constant_class : callable ``train -> int``
+        The constant's class, from ``train``'s noisy labels (or a prior
+        released separately).
+    noisy_codes : ndarray of int, shape (n_samples,)
+    in_top : ndarray of bool, shape (n_samples, n_classes)
+    epsilon : float
+    folds : list of ndarray
+        From :func:`guard_folds`.
+
+    Returns
+    -------
+    model_accuracy, constant_accuracy, difference_se : float
+        Means over all rows of the held-out estimates, and the standard
+        error of their difference. Fold predictions are not kept.
+    """
+    n_samples = noisy_codes.shape[0]
+    difference = np.zeros(n_samples)
+    model_hits = np.zeros(n_samples)
+    for test in folds:
+        train = np.setdiff1d(np.arange(n_samples), test, assume_unique=True)
+        model = debiased_hits(noisy_codes[test], fit_predict(train, test), in_top[test], epsilon)
+        constant = debiased_hits(
+            noisy_codes[test], np.full(test.shape[0], constant_class(train)), in_top[test], epsilon)
+        model_hits[test] = model
+        difference[test] = model - constant
+    se = float(difference.std() / np.sqrt(n_samples)) if n_samples > 1 else float("inf")
+    model_accuracy = float(model_hits.mean())
+    return model_accuracy, model_accuracy - float(difference.mean()), se

@@ -1,0 +1,264 @@
+"""The rule of LabelDPClassifier(mechanism='auto') and its majority guard
+(docs/classification.md, sections 4 and 5)."""
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LogisticRegression
+from sklearn.tree import DecisionTreeClassifier
+
+from _audit import assert_no_random_state
+from skdp_label import BudgetAccountant, LabelDPClassifier
+from skdp_label.estimators import _classifier
+from skdp_label.estimators._majority_guard import (
+    cross_fitted_accuracies,
+    debiased_hits,
+    guard_folds,
+    prefers_constant,
+)
+from skdp_label.estimators._noise_aware import (
+    classification_plan,
+    histogram_noise_sd,
+    robust_top_k,
+    shrink_histogram,
+)
+from skdp_label.mechanisms._prior import noisy_histogram
+from skdp_label.mechanisms.classification._solver import optimal_k, rr_top_k_matrix
+from skdp_label.utils import PrivacyLeakWarning
+
+pytestmark = pytest.mark.filterwarnings("ignore::skdp_label.utils.PrivacyLeakWarning")
+
+
+def _noise_features(n=3000, seed=0):
+    """Features independent of a skewed label (60 % in class 0)."""
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 4)), rng.choice(3, size=n, p=[0.6, 0.25, 0.15])
+
+
+def _separable(n=2000, seed=0):
+    """Three well separated Gaussian classes."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, size=n)
+    return rng.normal(size=(n, 2)) + 4.0 * np.eye(3)[y][:, :2] - 2.0 * (y == 2)[:, None], y
+
+
+# -- the estimate ---------------------------------------------------------------------------
+@pytest.mark.parametrize("epsilon", [0.1, 1.0, 5.0])
+def test_debiased_hits_are_unbiased_exactly(epsilon):
+    """E over the noisy label (exact sum over the transition) of the estimate is
+    1{f = y} for a true label in the row's set S, and 1/k for one outside it,
+    for every prediction f in S; a prediction outside S scores 0."""
+    n_classes = 5
+    for in_top in ([True] * 5, [True, False, True, True, False], [False, True, False, False, True]):
+        in_top = np.array(in_top)
+        k = int(in_top.sum())
+        matrix = rr_top_k_matrix(in_top, epsilon)
+        for y in range(n_classes):
+            for f in range(n_classes):
+                outputs = np.arange(n_classes)
+                masks = np.tile(in_top, (n_classes, 1))
+                hits = debiased_hits(outputs, np.full(n_classes, f), masks, epsilon)
+                expected = float(matrix[y] @ hits)
+                if not in_top[f]:
+                    assert expected == 0.0
+                elif in_top[y]:
+                    assert expected == pytest.approx(float(f == y), abs=1e-12)
+                else:
+                    assert expected == pytest.approx(1.0 / k, abs=1e-12)
+    # The naive noisy accuracy is biased: the estimate above is not that.
+    matrix = rr_top_k_matrix(np.ones(n_classes, bool), epsilon)
+    assert matrix[0, 0] < 1.0
+
+
+def test_cross_fitted_estimates_track_true_accuracy():
+    """Averaged over independent RR draws, the held-out estimates of a fixed
+    predictor and of a constant match their true accuracies."""
+    rng = np.random.default_rng(1)
+    n, n_classes, epsilon = 4000, 3, 1.0
+    y = rng.choice(n_classes, size=n, p=[0.5, 0.3, 0.2])
+    prediction = np.where(rng.random(n) < 0.7, y, (y + 1) % n_classes)  # 70 % right
+    matrix = rr_top_k_matrix(np.ones(n_classes, bool), epsilon)
+    masks = np.ones((n, n_classes), bool)
+    folds = np.array_split(np.arange(n), 3)
+    model, constant = [], []
+    for _ in range(40):
+        noisy = (rng.random(n)[:, None] > np.cumsum(matrix[y], axis=1)).sum(axis=1)
+        m, c, se = cross_fitted_accuracies(
+            lambda train, test: prediction[test], lambda train: 0, noisy, masks, epsilon, folds)
+        model.append(m)
+        constant.append(c)
+        assert se > 0
+    # Each run's estimate has a standard error of about 0.02; 40 runs: 0.003.
+    assert np.mean(model) == pytest.approx(np.mean(prediction == y), abs=0.02)
+    assert np.mean(constant) == pytest.approx(np.mean(y == 0), abs=0.02)
+
+
+# -- the guard in LabelDPClassifier ----------------------------------------------------------
+def test_pure_noise_features_give_the_constant_class():
+    X, y = _noise_features()
+    X_test, y_test = _noise_features(seed=1)
+    clf = LabelDPClassifier(DecisionTreeClassifier(random_state=0), "rr", 1.0, classes=range(3),
+                            majority_guard=True, random_state=0).fit(X, y)
+    guard = clf.majority_guard_
+    assert guard["choice"] == "constant"
+    assert guard["constant_accuracy"] - guard["model_accuracy"] > guard["difference_se"]
+    assert np.all(clf.predict(X_test) == 0)
+    np.testing.assert_allclose(clf.predict_proba(X_test[:3]), np.tile(clf.class_prior_, (3, 1)))
+    majority = np.mean(y_test == 0)
+    assert np.mean(clf.predict(X_test) == y_test) >= majority
+    # Without the guard the same noisy labels give a worse-than-constant tree.
+    off = LabelDPClassifier(DecisionTreeClassifier(random_state=0), "rr", 1.0, classes=range(3),
+                            majority_guard=False, random_state=0).fit(X, y)
+    assert off.majority_guard_ is None
+    assert np.mean(off.predict(X_test) == y_test) < majority - 0.1
+
+
+def test_strong_signal_keeps_the_model():
+    X, y = _separable()
+    X_test, y_test = _separable(seed=1)
+    for mechanism in ["auto", "rr"]:
+        clf = LabelDPClassifier(LogisticRegression(), mechanism, 2.0, classes=range(3),
+                                majority_guard=True, random_state=0).fit(X, y)
+        assert clf.majority_guard_["choice"] == "model"
+        assert clf.majority_guard_["model_accuracy"] > clf.majority_guard_["constant_accuracy"]
+        assert np.mean(clf.predict(X_test) == y_test) > 0.9
+
+
+def test_guard_defaults_on_for_auto_only():
+    X, y = _separable(600)
+    auto = LabelDPClassifier(LogisticRegression(), "auto", 1.0, classes=range(3), random_state=0)
+    assert auto.fit(X, y).majority_guard_ is not None
+    rr = LabelDPClassifier(LogisticRegression(), "rr", 1.0, classes=range(3), random_state=0)
+    assert rr.fit(X, y).majority_guard_ is None
+
+
+def test_guard_charges_nothing_more_and_keeps_nothing_private():
+    X, y = _noise_features(1500)
+    ledgers = []
+    for guard in (False, True):
+        acc = BudgetAccountant(epsilon=10.0)
+        clf = LabelDPClassifier(DecisionTreeClassifier(random_state=0), "auto", 0.5,
+                                classes=range(3), majority_guard=guard, accountant=acc,
+                                random_state=3).fit(X, y)
+        ledgers.append([(e.epsilon, e.delta) for e in acc.ledger])
+        assert acc.spent_epsilon == pytest.approx(0.5) and clf.epsilon_spent_ == pytest.approx(0.5)
+    assert ledgers[0] == ledgers[1]
+    # The fitted guard holds only its summary, no fold predictions, no generator.
+    assert set(clf.majority_guard_) == {
+        "model_accuracy", "constant_accuracy", "difference_se", "n_folds", "choice"}
+    clf = LabelDPClassifier(DecisionTreeClassifier(random_state=0), "auto", 0.5, classes=range(3),
+                            accountant=BudgetAccountant()).fit(X, y)  # OS entropy
+    assert clf.majority_guard_ is not None
+    assert_no_random_state(clf)
+    blob = pickle.dumps(clf)
+    for dtype in (np.int64, np.int32, np.float64):
+        assert y.astype(dtype).tobytes()[:240] not in blob
+
+
+def test_folds_come_from_the_features_not_the_noise_seed(monkeypatch):
+    X, y = _noise_features(900)
+    seen = []
+
+    def recording(X_, n_samples, *args):
+        folds = guard_folds(X_, n_samples, *args)
+        seen.append([f.copy() for f in folds])
+        return folds
+
+    monkeypatch.setattr(_classifier, "guard_folds", recording)
+    for random_state in (0, 1, None):
+        LabelDPClassifier(LogisticRegression(), "rr", 1.0, classes=range(3), majority_guard=True,
+                          random_state=random_state).fit(X, y)
+    assert len(seen) == 3
+    for other in seen[1:]:
+        for a, b in zip(seen[0], other):
+            np.testing.assert_array_equal(a, b)
+    folds = seen[0]
+    assert sorted(np.concatenate(folds).tolist()) == list(range(900))  # a partition
+    assert not np.array_equal(np.concatenate(folds), np.arange(900))  # shuffled
+    other_X = [f.tolist() for f in guard_folds(X + 1.0, 900)]
+    assert other_X != [f.tolist() for f in folds]  # a function of the features
+
+
+def test_guard_decides_on_evidence_only():
+    assert prefers_constant(0.3, 0.5, 0.1)
+    assert not prefers_constant(0.3, 0.35, 0.1)  # within one standard error: keep the model
+    assert not prefers_constant(0.5, 0.3, 0.1)
+
+
+@pytest.mark.parametrize("params", [
+    dict(mechanism="rr", majority_guard=True, n_stages=2),
+    dict(mechanism="rr-with-prior", majority_guard=True, prior="clusters", n_clusters=3),
+    dict(mechanism="auto", majority_guard="yes"),
+    dict(mechanism="laplace", majority_guard=True),
+])
+def test_bad_guard_parameters_are_refused_before_spending(params):
+    X, y = _separable(300)
+    acc = BudgetAccountant()
+    with pytest.raises(ValueError):
+        LabelDPClassifier(LogisticRegression(), epsilon=1.0, classes=range(3), accountant=acc,
+                          **params).fit(X, y)
+    assert acc.ledger == []
+
+
+# -- the rule ---------------------------------------------------------------------------------
+def test_plan_uses_public_inputs_and_is_plain_rr_at_large_epsilon():
+    assert classification_plan(np.log(3 * 5 + 1), 1000, 5)["mechanism"] == "rr"
+    assert classification_plan(np.log(3 * 5 + 1) - 1e-9, 1000, 5)["mechanism"] == "rr-top-k"
+    X, y = _noise_features(800)
+    plans = [LabelDPClassifier(LogisticRegression(), "auto", 0.5, classes=range(3),
+                               random_state=0).prior_budget(800)]
+    for labels in (y, np.zeros_like(y)):  # the budget split does not look at the labels
+        clf = LabelDPClassifier(LogisticRegression(), "auto", 0.5, classes=range(3),
+                                random_state=0).fit(X, labels)
+        plans.append((clf.prior_epsilon_, 0.5 - clf.prior_epsilon_))
+    assert plans[0] == pytest.approx(plans[1]) and plans[1] == pytest.approx(plans[2])
+
+
+def test_balanced_histogram_gives_plain_rr_and_skew_gives_smaller_sets():
+    for n_classes in (2, 5, 10):
+        for epsilon in (0.01, 0.3, 2.0):
+            assert robust_top_k(np.full(n_classes, 1.0 / n_classes), epsilon, 0.05) == n_classes
+    # Noisy histograms of balanced classes: nearly always k = K (Lemma 1 on the raw
+    # histogram drops classes for nothing most of the time).
+    rng = np.random.default_rng(0)
+    codes = np.repeat(np.arange(10), 144)
+    sd = histogram_noise_sd(0.083, codes.size)
+    ks = [robust_top_k(noisy_histogram(codes, 10, 0.083, rng), 0.5, sd) for _ in range(100)]
+    raw = [int(optimal_k(noisy_histogram(codes, 10, 0.083, rng)[None], 0.5)[0]) for _ in range(100)]
+    assert np.mean(np.array(ks) == 10) > 0.6 > np.mean(np.array(raw) == 10)
+    # A histogram far above its noise is kept: the majority class alone at small epsilon.
+    skewed = np.array([0.7, 0.1, 0.1, 0.1])
+    np.testing.assert_allclose(shrink_histogram(skewed, 0.01), skewed, atol=1e-3)
+    assert robust_top_k(skewed, 0.05, 0.01) == 1
+
+
+def test_rule_is_monotone_in_epsilon_and_skew():
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        histogram = rng.dirichlet(np.full(6, 0.7))
+        ks = [robust_top_k(histogram, eps, 0.02) for eps in np.geomspace(0.01, 5, 25)]
+        assert np.all(np.diff(ks) >= 0)  # more budget for the labels, larger sets
+    # Shrinkage toward uniform keeps the order of the classes.
+    histogram = rng.dirichlet(np.ones(6))
+    assert np.array_equal(np.argsort(shrink_histogram(histogram, 0.05)), np.argsort(histogram))
+    # Noisier histograms are trusted less: k never shrinks as the noise grows.
+    skewed = np.array([0.5, 0.2, 0.1, 0.1, 0.1])
+    ks = [robust_top_k(skewed, 0.3, sd) for sd in (0.0, 0.05, 0.2, 1.0)]
+    assert np.all(np.diff(ks) >= 0) and ks[-1] == 5
+
+
+def test_auto_uses_the_chosen_set_for_noise_and_correction():
+    X, y = _noise_features(2000)
+    clf = LabelDPClassifier(LogisticRegression(), "auto", 0.3, classes=range(3),
+                            random_state=0).fit(X, y)
+    assert clf.plan_["mechanism"] == "RRTopK" and clf.plan_["k"] == clf.mechanism_.k
+    assert clf.stage_k_ == [float(clf.plan_["k"])]
+    expected = robust_top_k(clf.cluster_histograms_[0], 0.3 - clf.prior_epsilon_,
+                            histogram_noise_sd(clf.prior_epsilon_, 2000))
+    assert clf.plan_["k"] == expected
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        top = np.argsort(-clf.cluster_histograms_[0])[:expected]
+        assert np.all(np.isin(clf.predict(X[:50]), top))
