@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 import warnings
+from numbers import Real
 from typing import Any, Self
 
 import numpy as np
 from numpy.typing import ArrayLike
-from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
+from sklearn.base import BaseEstimator, RegressorMixin, _fit_context, clone
 from sklearn.metrics import r2_score
-from sklearn.utils.validation import _num_samples, check_is_fitted
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import _check_method_params, _num_samples, check_is_fitted
 
 from .._accountant import BudgetAccountant
 from ..mechanisms._base import BaseLabelMechanism
 from ..mechanisms.auto._mechanism import compare_candidates, prior_variance
 from ..utils._random import derive_random_state
 from ._base import BaseLabelDPEstimator
+from ._calibration import LinearCalibration, calibration_folds, fit_calibration
 from ._effective_size import effective_sample_size
+from ._scorers import _moment_estimators
 
 __all__ = ["LabelDPRegressor"]
+
+
+def _rows(X, index):
+    return X.iloc[index] if hasattr(X, "iloc") else X[index]
 
 
 class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
@@ -148,7 +156,11 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         "domain": ["array-like", None],
         "mechanism_params": [dict, None],
         "clip_predictions": ["boolean"],
+        "shrinkage": [StrOptions({"auto", "cv"}), Interval(Real, 0, 1, closed="both"), None],
     }
+
+    #: Folds of the cross-fitting behind ``shrinkage='cv'`` (public, docs/auto.md).
+    _SHRINKAGE_FOLDS = 3
 
     #: Warn when the chosen mechanism's predicted risk exceeds the best
     #: candidate's by this factor.
@@ -169,6 +181,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         random_state: int | None = None,
         verbose: int = 0,
         clip_predictions: bool = True,
+        shrinkage: str | float | None = "auto",
     ) -> None:
         self.base_estimator = base_estimator
         self.mechanism = mechanism
@@ -182,6 +195,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         self.random_state = random_state
         self.verbose = verbose
         self.clip_predictions = clip_predictions
+        self.shrinkage = shrinkage
 
     @_fit_context(prefer_skip_nested_validation=False)
     def fit(self, X: ArrayLike, y: ArrayLike, **fit_params: Any) -> Self:
@@ -204,6 +218,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         # Everything that can fail is checked before any budget is spent.
         routed = self._check_inputs_before_spending(X, y, fit_params)
         n_samples = _num_samples(X)
+        shrinkage = self._resolve_shrinkage(y, n_samples)
         # 'auto' measures n_eff on the public features (one fit on synthetic
         # labels, before anything is spent) unless it is given; the warning
         # of the other prior mechanisms uses the hyper-parameter rules only.
@@ -230,6 +245,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         progress.charges(getattr(mechanism, "charges_", ()))
         with progress.timed(f"fitted {type(self.base_estimator).__name__} on the noisy labels"):
             self.estimator_ = self._fit_base(X, y_noisy, routed, mechanism)
+        self._fit_shrinkage(shrinkage, X, y_noisy, routed, mechanism, progress)
         self.mechanism_ = mechanism
         self.prediction_bounds_ = mechanism._label_range() if self.clip_predictions else None
         self.epsilon_spent_ = getattr(self, "epsilon_spent_", 0.0) + float(mechanism.epsilon_spent_)
@@ -249,9 +265,91 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         y_pred : ndarray
         """
         y_pred = self._delegate("predict", X, predict_params)
+        if self.shrinkage_slope_ != 1.0 or self.shrinkage_intercept_ != 0.0:
+            y_pred = self.shrinkage_intercept_ + self.shrinkage_slope_ * np.asarray(
+                y_pred, dtype=np.float64)
         if self.prediction_bounds_ is None:
             return y_pred
         return np.clip(y_pred, *self.prediction_bounds_)
+
+    # -- the shrinkage guard (docs/auto.md) -------------------------------------
+    def _resolve_shrinkage(self, y, n_samples):
+        """'cv', a fixed weight, or None; checked before anything is spent."""
+        shrinkage = self.shrinkage
+        if shrinkage == "auto":
+            shrinkage = "cv" if self._is_auto() else None
+            # 'auto' steps aside where cross-fitting cannot run.
+            if np.ndim(y) == 2 and np.shape(y)[1] > 1 or n_samples < 2 * self._SHRINKAGE_FOLDS:
+                return None
+            return shrinkage
+        if shrinkage is None:
+            return None
+        name = type(self).__name__
+        if np.ndim(y) == 2 and np.shape(y)[1] > 1:
+            raise ValueError(
+                f"{name}: shrinkage={shrinkage!r} calibrates one label column; y has "
+                f"{np.shape(y)[1]} (use shrinkage=None)."
+            )
+        if shrinkage == "cv" and n_samples < 2 * self._SHRINKAGE_FOLDS:
+            raise ValueError(
+                f"{name}: shrinkage='cv' cross-fits {self._SHRINKAGE_FOLDS} folds and needs at "
+                f"least {2 * self._SHRINKAGE_FOLDS} rows; got {n_samples}."
+            )
+        return shrinkage
+
+    def _fit_shrinkage(self, shrinkage, X, y_noisy, routed, mechanism, progress):
+        """Fit ``shrinkage_intercept_`` and ``shrinkage_slope_`` on the noisy
+        labels (post-processing: no budget). Nothing row-level is kept: the
+        out-of-fold predictions and debiased labels are local."""
+        self.shrinkage_intercept_, self.shrinkage_slope_ = 0.0, 1.0
+        if shrinkage is None:
+            return
+        noisy = np.asarray(y_noisy, dtype=np.float64).reshape(-1)
+        try:
+            debiased = _moment_estimators(mechanism)[0](noisy)
+        except ValueError:  # not invertible (e.g. RR-on-Bins merging labels): y~ itself
+            debiased = noisy
+        weight = routed.get("sample_weight")
+        weight = None if weight is None else np.asarray(weight, dtype=np.float64)
+        if shrinkage == "cv":
+            try:
+                with progress.timed(
+                    f"cross-fitted {self._SHRINKAGE_FOLDS} folds for shrinkage='cv'"
+                ):
+                    oof = self._out_of_fold_predictions(X, y_noisy, routed)
+            except Exception as exc:  # noqa: BLE001 - the budget is spent: keep the release
+                warnings.warn(
+                    f"{type(self).__name__}: the cross-fitting of shrinkage='cv' failed "
+                    f"({type(exc).__name__}); predictions are not shrunk.",
+                    UserWarning,
+                    stacklevel=4,
+                )
+                return
+            calibration = fit_calibration(debiased, noisy, oof, weight)
+        else:  # a fixed weight of the constant: slope 1 - shrinkage around the in-sample mean
+            fitted = np.asarray(self.estimator_.predict(X), dtype=np.float64).reshape(-1)
+            center = float(np.average(fitted, weights=weight))
+            constant = fit_calibration(debiased, noisy, np.zeros_like(noisy), weight).intercept
+            slope = 1.0 - float(shrinkage)
+            calibration = LinearCalibration(constant - slope * center, slope, slope, 0.0)
+        self.shrinkage_intercept_ = float(calibration.intercept)
+        self.shrinkage_slope_ = float(calibration.slope)
+        progress(
+            f"shrinkage: slope {calibration.slope:.3g} (least squares {calibration.raw_slope:.3g} "
+            f"+- {calibration.slope_se:.3g}) toward the constant"
+        )
+
+    def _out_of_fold_predictions(self, X, y_noisy, routed):
+        """Predictions of clones of the fitted base estimator (parameters
+        chosen by ``param_grid`` included) on folds they were not fitted on;
+        the folds come from the public features only."""
+        oof = np.empty(_num_samples(X), dtype=np.float64)
+        y_noisy = np.asarray(y_noisy)
+        for train, test in calibration_folds(X, self._SHRINKAGE_FOLDS):
+            params = _check_method_params(X, routed, indices=train)
+            model = clone(self.estimator_).fit(_rows(X, train), y_noisy[train], **params)
+            oof[test] = np.asarray(model.predict(_rows(X, test)), dtype=np.float64).reshape(-1)
+        return oof
 
     # -- the choice of mechanism (docs/auto.md) -----------------------------------
     def _is_auto(self):
@@ -321,7 +419,8 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         check_is_fitted(self)
         self._warn_true_label_scoring()
         routed = self._routed("score", score_params)
-        if self.prediction_bounds_ is None:
+        if self.prediction_bounds_ is None and self.shrinkage_slope_ == 1.0 and (
+                self.shrinkage_intercept_ == 0.0):
             return self.estimator_.score(X, y, **routed)
         # R^2 of the clipped predictions (what predict returns).
         return r2_score(y, self.predict(X), sample_weight=routed.get("sample_weight"))
