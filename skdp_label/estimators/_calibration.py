@@ -27,8 +27,16 @@ import numpy as np
 from sklearn.model_selection import KFold
 
 from ..utils._random import public_fingerprint, simulation_generator
+from ._scorers import _moment_estimators, _solve_exactly, _transition, _value_lookup
 
-__all__ = ["MAX_SLOPE", "LinearCalibration", "calibration_folds", "fit_calibration", "label_mean"]
+__all__ = [
+    "MAX_SLOPE",
+    "LinearCalibration",
+    "calibration_folds",
+    "debiasing_function",
+    "fit_calibration",
+    "label_mean",
+]
 
 #: Largest slope kept. Above 1 it undoes the shrinkage of a biased
 #: randomizer (RR-on-Bins maps labels toward the prior's mean, so a model of
@@ -46,6 +54,43 @@ class LinearCalibration:
     slope: float
     raw_slope: float  # least-squares slope before shrinkage and clipping
     slope_se: float  # its standard error (heteroskedasticity-robust)
+
+
+def debiasing_function(mechanism):
+    """``d`` with ``E[d(y~) | y] = y`` when the mechanism can be inverted
+    (``_moment_estimators``); otherwise, for a discrete mechanism whose
+    label values share output distributions (RR-on-Bins merging labels into
+    bins), ``E[d(y~) | y] = c(y)``, the prior-weighted mean of the label
+    values sharing ``y``'s row of the transition matrix: the finest label the
+    outputs can tell apart, debiased from the randomized response between
+    those groups (under the mechanism's prior its mean is the label's). The
+    noisy labels themselves when neither exists."""
+    try:
+        return _moment_estimators(mechanism)[0]
+    except ValueError:
+        pass
+    try:
+        matrix, inputs, outputs = _transition(mechanism)
+    except ValueError:
+        return _identity
+    inputs = inputs.astype(np.float64)
+    prior = getattr(mechanism, "prior_", None)
+    prior = np.ones(inputs.size) if prior is None or np.shape(prior) != inputs.shape else prior
+    _, group = np.unique(np.round(matrix, 12), axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    mass = np.bincount(group, weights=prior) + 1e-300
+    means = np.bincount(group, weights=prior * inputs) / mass
+    # Label values of no prior mass: the plain mean of their group.
+    plain = np.bincount(group, weights=inputs) / np.bincount(group)
+    means = np.where(mass > 1e-300, means, plain)
+    g = _solve_exactly(matrix, means[group])
+    if g is None:
+        return _identity
+    return _value_lookup(type(mechanism).__name__, outputs.astype(np.float64), g)
+
+
+def _identity(y_noisy):
+    return np.asarray(y_noisy, dtype=np.float64)
 
 
 def calibration_folds(X, n_splits):
@@ -70,30 +115,36 @@ def _weighted_mean(values, weights):
     return float(np.average(values, weights=weights))
 
 
-def _mean_and_variance_of_mean(values, weights):
-    """Weighted mean and the (sandwich) variance of that mean."""
-    w = np.ones_like(values) if weights is None else weights
+def _means_and_covariance(a, b, weights):
+    """Weighted means of ``a`` and ``b`` and the (sandwich) covariance
+    matrix of those two means."""
+    w = np.ones_like(a) if weights is None else weights
     total = w.sum()
-    mean = float(w @ values / total)
-    n = values.size
+    means = np.array([w @ a, w @ b]) / total
+    centred = np.stack([a - means[0], b - means[1]])
+    n = a.size
     correction = n / (n - 1.0) if n > 1 else 1.0
-    return mean, float(correction * (w**2) @ (values - mean) ** 2 / total**2)
+    return means, correction * (centred * w**2) @ centred.T / total**2
 
 
 def label_mean(debiased, noisy, sample_weight=None):
-    """The constant: the mean of ``debiased`` (unbiased) or of ``noisy``
-    (lower variance for bounded outputs, biased for a biased randomizer),
-    whichever has the smaller estimated mean squared error.
+    """The constant: a mix of the mean ``D`` of ``debiased`` (unbiased) and
+    the mean ``Y`` of ``noisy`` (lower variance for bounded outputs, biased
+    by ``beta`` for a biased randomizer), ``Y + w (D - Y)``.
 
-    ``MSE(mean d) = Var(mean d)``; ``MSE(mean y~) = bias^2 + Var(mean y~)``
-    with ``bias^2`` estimated without bias by ``(mean y~ - mean d)^2 -
-    Var(mean y~ - mean d)``. Both are functions of the noisy labels.
+    The weight minimising the expected squared error is
+    ``w = (Var Y + beta^2 - Cov(Y, D)) / (beta^2 + Var(D - Y))``; the
+    variances are estimated from the noisy labels and ``beta^2`` without
+    bias by ``(D - Y)^2 - Var(D - Y)`` (at least 0), and ``w`` is clipped to
+    ``[0, 1]``. For an unbiased mechanism ``D = Y``.
     """
-    mean_d, var_d = _mean_and_variance_of_mean(debiased, sample_weight)
-    mean_y, var_y = _mean_and_variance_of_mean(noisy, sample_weight)
-    _, var_diff = _mean_and_variance_of_mean(noisy - debiased, sample_weight)
-    mse_noisy = max((mean_y - mean_d) ** 2 - var_diff, 0.0) + var_y
-    return mean_y if mse_noisy < var_d else mean_d
+    (mean_d, mean_y), cov = _means_and_covariance(debiased, noisy, sample_weight)
+    var_diff = cov[0, 0] + cov[1, 1] - 2.0 * cov[0, 1]
+    if not var_diff > 0:
+        return float(mean_y if mean_d == mean_y else mean_d)
+    bias2 = max((mean_d - mean_y) ** 2 - var_diff, 0.0)
+    weight = (cov[1, 1] + bias2 - cov[0, 1]) / (bias2 + var_diff)
+    return float(mean_y + np.clip(weight, 0.0, 1.0) * (mean_d - mean_y))
 
 
 def fit_calibration(debiased, noisy, oof, sample_weight=None, max_slope=MAX_SLOPE):

@@ -18,9 +18,13 @@ from ..mechanisms._base import BaseLabelMechanism
 from ..mechanisms.auto._mechanism import compare_candidates, prior_variance
 from ..utils._random import derive_random_state
 from ._base import BaseLabelDPEstimator
-from ._calibration import LinearCalibration, calibration_folds, fit_calibration
+from ._calibration import (
+    LinearCalibration,
+    calibration_folds,
+    debiasing_function,
+    fit_calibration,
+)
 from ._effective_size import effective_sample_size
-from ._scorers import _moment_estimators
 
 __all__ = ["LabelDPRegressor"]
 
@@ -305,10 +309,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         if shrinkage is None:
             return
         noisy = np.asarray(y_noisy, dtype=np.float64).reshape(-1)
-        try:
-            debiased = _moment_estimators(mechanism)[0](noisy)
-        except ValueError:  # not invertible (e.g. RR-on-Bins merging labels): y~ itself
-            debiased = noisy
+        debiased = debiasing_function(mechanism)(noisy)
         weight = routed.get("sample_weight")
         weight = None if weight is None else np.asarray(weight, dtype=np.float64)
         if shrinkage == "cv":
