@@ -23,6 +23,7 @@ from ._calibration import (
     calibration_folds,
     debiasing_function,
     fit_calibration,
+    label_mean,
 )
 from ._effective_size import effective_sample_size
 
@@ -327,12 +328,10 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
                 )
                 return
             calibration = fit_calibration(debiased, noisy, oof, weight)
-        else:  # a fixed weight of the constant: slope 1 - shrinkage around the in-sample mean
-            fitted = np.asarray(self.estimator_.predict(X), dtype=np.float64).reshape(-1)
-            center = float(np.average(fitted, weights=weight))
-            constant = fit_calibration(debiased, noisy, np.zeros_like(noisy), weight).intercept
+        else:  # a fixed weight of the constant: (1 - s) f(x) + s a, as LabelDPClassifier's
+            constant = label_mean(debiased, noisy, weight)
             slope = 1.0 - float(shrinkage)
-            calibration = LinearCalibration(constant - slope * center, slope, slope, 0.0)
+            calibration = LinearCalibration(float(shrinkage) * constant, slope, slope, 0.0)
         self.shrinkage_intercept_ = float(calibration.intercept)
         self.shrinkage_slope_ = float(calibration.slope)
         progress(
