@@ -14,10 +14,11 @@ from sklearn.utils._param_validation import InvalidParameterError
 from _audit import assert_no_random_state
 from skdp_label import BudgetAccountant, LabelDPRegressor
 from skdp_label.estimators._calibration import (
+    anchor_for,
     calibration_folds,
     debiasing_function,
     fit_calibration,
-    label_mean,
+    shrunk_mean,
 )
 from skdp_label.estimators._scorers import _transition
 from skdp_label.mechanisms import OptimalUnbiased, RROnBins
@@ -127,7 +128,7 @@ def _exact_expected_raw_slope(mechanism, labels, oof, use_debiasing=True):
     for combo in itertools.product(range(outputs.size), repeat=len(labels)):
         prob = np.prod([matrix[r, c] for r, c in zip(rows, combo)])
         noisy = outputs[list(combo)].astype(np.float64)
-        expected += prob * fit_calibration(debias(noisy), noisy, oof).raw_slope
+        expected += prob * fit_calibration(debias(noisy), oof, anchor=0.0).raw_slope
     return expected
 
 
@@ -139,7 +140,7 @@ def test_slope_numerator_is_unbiased_for_an_invertible_mechanism(epsilon):
     values = np.arange(5.0)
     mech = OptimalUnbiased(epsilon, prior=(values, np.ones(5))).fit(values[:1])
     labels = np.array([0.0, 4.0, 3.0])
-    truth = fit_calibration(labels, labels, ORACLE_OOF).raw_slope
+    truth = fit_calibration(labels, ORACLE_OOF, 0.0).raw_slope
     assert _exact_expected_raw_slope(mech, labels, ORACLE_OOF) == pytest.approx(truth, rel=1e-9)
 
 
@@ -156,7 +157,7 @@ def test_slope_is_unbiased_for_rr_on_bins_bin_means():
         np.average(values[group == g], weights=prior[group == g]) for g in group])
     labels = np.array([0.0, 5.0, 2.0])
     binned = bin_mean[labels.astype(int)]
-    truth = fit_calibration(binned, binned, ORACLE_OOF).raw_slope
+    truth = fit_calibration(binned, ORACLE_OOF, 0.0).raw_slope
     assert _exact_expected_raw_slope(mech, labels, ORACLE_OOF) == pytest.approx(truth, rel=1e-9)
     # Mutation: the noisy labels themselves are shrunk toward the prior mean.
     raw = _exact_expected_raw_slope(mech, labels, ORACLE_OOF, use_debiasing=False)
@@ -167,24 +168,35 @@ def test_slope_shrinks_with_its_standard_error():
     rng = np.random.default_rng(0)
     oof = rng.normal(size=400)
     signal = 3.0 + oof
-    exact = fit_calibration(signal, signal, oof)
+    exact = fit_calibration(signal, oof, anchor=float(signal.mean()))
     assert exact.slope == pytest.approx(1.0) and exact.intercept == pytest.approx(3.0)
     noisy = signal + rng.normal(scale=200.0, size=400)  # se ~ 10 >> 1
-    weak = fit_calibration(noisy, noisy, oof)
+    weak = fit_calibration(noisy, oof, anchor=3.0)
     assert weak.slope_se > 5 and 0.0 <= weak.slope <= 2.0
     assert weak.slope < abs(weak.raw_slope)
 
 
-def test_constant_prefers_the_less_noisy_mean():
+def test_constant_shrinks_a_noisy_mean_toward_the_anchor():
     rng = np.random.default_rng(0)
-    truth = rng.uniform(0, 10, size=2000)
-    shrunk = 0.9 * truth + 0.5  # a slightly biased, low-variance view
-    debiased = truth + rng.normal(scale=100.0, size=2000)  # unbiased, very noisy
-    a = label_mean(debiased, shrunk)
-    assert abs(a - shrunk.mean()) < abs(a - debiased.mean())
-    far = 0.2 * truth  # a strongly biased view: the debiased mean wins
-    a = label_mean(truth + rng.normal(scale=1.0, size=2000), far)
-    assert abs(a - truth.mean()) < 0.3
+    truth = rng.uniform(0, 10, size=2000)  # mean ~5
+    very_noisy = truth + rng.normal(scale=300.0, size=2000)  # sd of the mean ~7
+    assert abs(shrunk_mean(very_noisy, anchor=5.2) - 5.2) < abs(very_noisy.mean() - 5.2) / 3
+    precise = truth + rng.normal(scale=1.0, size=2000)  # sd of the mean ~0.07
+    assert shrunk_mean(precise, anchor=9.0) == pytest.approx(precise.mean(), abs=0.01)
+    # the model's variance counts when the sample under-represents rare outputs
+    assert abs(shrunk_mean(precise, 9.0, model_variance=1e6) - 9.0) < 0.5
+
+
+def test_model_variance_is_the_debiased_labels_variance_under_the_prior():
+    values = np.arange(5.0)
+    prior = np.array([0.1, 0.2, 0.4, 0.2, 0.1])
+    mech = OptimalUnbiased(1.0, prior=(values, prior)).fit(values[:1])
+    matrix, inputs, outputs = _transition(mech)
+    anchor, variance = anchor_for(mech, debiasing_function(mech))
+    assert anchor == pytest.approx(prior @ values)
+    joint = prior[:, None] * matrix  # P(y, y~)
+    mean = joint.sum(axis=0) @ outputs
+    assert variance == pytest.approx(joint.sum(axis=0) @ (outputs - mean) ** 2, rel=1e-9)
 
 
 # -- privacy -----------------------------------------------------------------------

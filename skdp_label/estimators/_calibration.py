@@ -10,7 +10,7 @@ where ``m`` is the mean of f's out-of-fold predictions, ``b`` the slope of
 the least-squares regression of the debiased noisy labels d(y~) on those
 predictions, shrunk for its own estimation noise and clipped to
 ``[0, MAX_SLOPE]`` (``b = 0``: the constant ``a``), and ``a`` an estimate of
-the labels' mean from the noisy labels. Out-of-fold predictions do not
+the labels' mean. Out-of-fold predictions do not
 depend on the row's own noisy label, and ``E[d(y~) | y] = y``, so the
 slope's numerator sum_i w_i d_i (f_i - m) has the expectation
 sum_i w_i y_i (f_i - m): the true-label slope. Everything is a function of
@@ -34,8 +34,9 @@ __all__ = [
     "LinearCalibration",
     "calibration_folds",
     "debiasing_function",
+    "anchor_for",
     "fit_calibration",
-    "label_mean",
+    "shrunk_mean",
 ]
 
 #: Largest slope kept. Above 1 it undoes the shrinkage of a biased
@@ -115,39 +116,64 @@ def _weighted_mean(values, weights):
     return float(np.average(values, weights=weights))
 
 
-def _means_and_covariance(a, b, weights):
-    """Weighted means of ``a`` and ``b`` and the (sandwich) covariance
-    matrix of those two means."""
-    w = np.ones_like(a) if weights is None else weights
-    total = w.sum()
-    means = np.array([w @ a, w @ b]) / total
-    centred = np.stack([a - means[0], b - means[1]])
-    n = a.size
-    correction = n / (n - 1.0) if n > 1 else 1.0
-    return means, correction * (centred * w**2) @ centred.T / total**2
+def anchor_for(mechanism, debias):
+    """The point the constant shrinks toward, and the variance of one
+    debiased label predicted by the mechanism.
 
-
-def label_mean(debiased, noisy, sample_weight=None):
-    """The constant: a mix of the mean ``D`` of ``debiased`` (unbiased) and
-    the mean ``Y`` of ``noisy`` (lower variance for bounded outputs, biased
-    by ``beta`` for a biased randomizer), ``Y + w (D - Y)``.
-
-    The weight minimising the expected squared error is
-    ``w = (Var Y + beta^2 - Cov(Y, D)) / (beta^2 + Var(D - Y))``; the
-    variances are estimated from the noisy labels and ``beta^2`` without
-    bias by ``(D - Y)^2 - Var(D - Y)`` (at least 0), and ``w`` is clipped to
-    ``[0, 1]``. For an unbiased mechanism ``D = Y``.
+    The anchor is the mean of the mechanism's prior (public, or a noisy
+    histogram already charged: its noise is independent of the label
+    noise), else the middle of the public label range. The variance is
+    ``E_p[Var(d | y)] + Var_p(E[d | y])`` under that prior, exact from the
+    transition matrix (0 when there is none): heavy-tailed debiased labels
+    (rare outputs of huge debiased value) make the sample variance
+    unreliable, so the larger of the two is used.
     """
-    (mean_d, mean_y), cov = _means_and_covariance(debiased, noisy, sample_weight)
-    var_diff = cov[0, 0] + cov[1, 1] - 2.0 * cov[0, 1]
-    if not var_diff > 0:
-        return float(mean_y if mean_d == mean_y else mean_d)
-    bias2 = max((mean_d - mean_y) ** 2 - var_diff, 0.0)
-    weight = (cov[1, 1] + bias2 - cov[0, 1]) / (bias2 + var_diff)
-    return float(mean_y + np.clip(weight, 0.0, 1.0) * (mean_d - mean_y))
+    lo, hi = mechanism._label_range()
+    anchor = 0.5 * (float(lo) + float(hi))
+    try:
+        matrix, inputs, outputs = _transition(mechanism)
+    except ValueError:
+        return anchor, 0.0
+    prior = getattr(mechanism, "prior_", None)
+    if prior is None or np.shape(prior) != inputs.shape or not np.sum(prior) > 0:
+        return anchor, 0.0
+    prior = np.asarray(prior, dtype=np.float64) / np.sum(prior)
+    g = debias(outputs.astype(np.float64))
+    conditional_mean = matrix @ g
+    spread = matrix @ g**2 - conditional_mean**2
+    center = prior @ conditional_mean
+    variance = prior @ spread + prior @ (conditional_mean - center) ** 2
+    return float(prior @ inputs.astype(np.float64)), float(max(variance, 0.0))
 
 
-def fit_calibration(debiased, noisy, oof, sample_weight=None, max_slope=MAX_SLOPE):
+def shrunk_mean(debiased, anchor, model_variance=0.0, sample_weight=None):
+    """The constant: the mean ``D`` of ``debiased`` shrunk toward ``anchor``,
+    ``A + w (D - A)``.
+
+    ``D`` is unbiased with variance ``V`` (the larger of the sample estimate
+    and ``model_variance``, over the effective number of rows); the anchor's
+    error ``(A - mu)^2`` is estimated without bias by ``(D - A)^2 - V`` (the
+    anchor is independent of the label noise), at least 0, and
+    ``w = est / (est + V)`` minimises the expected squared error of the mix
+    (a positive-part James-Stein rule). At a small epsilon, where ``V`` is
+    large, the constant is the anchor; where the noisy labels pin the mean
+    down, it is their mean.
+    """
+    debiased = np.asarray(debiased, dtype=np.float64)
+    w = np.ones_like(debiased) if sample_weight is None else np.asarray(sample_weight, float)
+    total = w.sum()
+    mean = float(w @ debiased / total)
+    n = debiased.size
+    sample_variance = float(w @ (debiased - mean) ** 2 / total) * (n / (n - 1.0) if n > 1 else 1.0)
+    variance = max(sample_variance, float(model_variance)) * float(w @ w) / total**2
+    anchor_error = max((mean - anchor) ** 2 - variance, 0.0)
+    if not anchor_error + variance > 0:
+        return mean
+    return float(anchor + anchor_error / (anchor_error + variance) * (mean - anchor))
+
+
+def fit_calibration(debiased, oof, anchor, model_variance=0.0, sample_weight=None,
+                    max_slope=MAX_SLOPE):
     """Fit ``y_hat = a + b (f - m)`` on out-of-fold predictions ``oof``.
 
     Parameters
@@ -155,10 +181,10 @@ def fit_calibration(debiased, noisy, oof, sample_weight=None, max_slope=MAX_SLOP
     debiased : ndarray of shape (n,)
         ``d(y~)`` with ``E[d(y~) | y] = y`` (or the noisy labels themselves
         when the mechanism cannot be inverted).
-    noisy : ndarray of shape (n,)
-        The noisy labels (for the constant, see :func:`label_mean`).
     oof : ndarray of shape (n,)
         Out-of-fold predictions of the base estimator.
+    anchor, model_variance : float
+        For the constant (:func:`shrunk_mean`, :func:`anchor_for`).
     sample_weight : ndarray of shape (n,), optional
     max_slope : float
         Upper clip of the slope.
@@ -176,13 +202,12 @@ def fit_calibration(debiased, noisy, oof, sample_weight=None, max_slope=MAX_SLOP
     of 0 gives the constant.
     """
     debiased = np.asarray(debiased, dtype=np.float64)
-    noisy = np.asarray(noisy, dtype=np.float64)
     oof = np.asarray(oof, dtype=np.float64)
     w = np.ones_like(oof) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
     center = _weighted_mean(oof, w)
     spread = oof - center
     sxx = float(w @ spread**2)
-    constant = label_mean(debiased, noisy, sample_weight)
+    constant = shrunk_mean(debiased, anchor, model_variance, sample_weight)
     if not sxx > 0:  # constant out-of-fold predictions carry no slope
         return LinearCalibration(constant, 0.0, 0.0, float("inf"))
     raw = float(w @ (debiased * spread)) / sxx

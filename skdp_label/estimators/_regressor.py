@@ -20,10 +20,11 @@ from ..utils._random import derive_random_state
 from ._base import BaseLabelDPEstimator
 from ._calibration import (
     LinearCalibration,
+    anchor_for,
     calibration_folds,
     debiasing_function,
     fit_calibration,
-    label_mean,
+    shrunk_mean,
 )
 from ._effective_size import effective_sample_size
 
@@ -310,7 +311,9 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         if shrinkage is None:
             return
         noisy = np.asarray(y_noisy, dtype=np.float64).reshape(-1)
-        debiased = debiasing_function(mechanism)(noisy)
+        debias = debiasing_function(mechanism)
+        debiased = debias(noisy)
+        anchor, model_variance = anchor_for(mechanism, debias)
         weight = routed.get("sample_weight")
         weight = None if weight is None else np.asarray(weight, dtype=np.float64)
         if shrinkage == "cv":
@@ -327,9 +330,9 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
                     stacklevel=4,
                 )
                 return
-            calibration = fit_calibration(debiased, noisy, oof, weight)
+            calibration = fit_calibration(debiased, oof, anchor, model_variance, weight)
         else:  # a fixed weight of the constant: (1 - s) f(x) + s a, as LabelDPClassifier's
-            constant = label_mean(debiased, noisy, weight)
+            constant = shrunk_mean(debiased, anchor, model_variance, weight)
             slope = 1.0 - float(shrinkage)
             calibration = LinearCalibration(float(shrinkage) * constant, slope, slope, 0.0)
         self.shrinkage_intercept_ = float(calibration.intercept)
