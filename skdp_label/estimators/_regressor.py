@@ -105,6 +105,20 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         lies outside it, that keeps a model trained on noisy labels (which
         do lie far outside) from predicting there. ``False`` returns the base
         estimator's raw predictions (e.g. to study the noisy model itself).
+    shrinkage : 'auto', 'cv', float in [0, 1] or None, default='auto'
+        Guard toward the constant predictor, a post-processing of the noisy
+        labels (no budget; docs/auto.md). ``'cv'``: predictions are
+        ``a + b (f(x) - m)`` with ``f`` the fitted base estimator, ``b`` the
+        least-squares slope of the debiased noisy labels on out-of-fold
+        predictions of 3 clones of ``f`` (3 extra fits, on folds made from
+        the public features only; after ``param_grid``'s search, with its
+        chosen parameters), shrunk by its standard error and clipped to
+        ``[0, 2]``, and ``a`` the debiased labels' mean shrunk toward the
+        mechanism's prior mean: where the model fits the noise, the
+        predictor falls back to (nearly) the constant. A float ``s``
+        predicts ``(1 - s) f(x) + s a`` (no extra fit). ``'auto'``: ``'cv'``
+        for ``mechanism='auto'`` (skipped for multi-output ``y`` or fewer
+        than 6 rows), else None. None: the base estimator's predictions.
 
     Attributes
     ----------
@@ -129,6 +143,12 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         For prior-based mechanisms ('auto', 'unbiased', 'rr-on-bins'):
         candidate name -> predicted ``bias2``, ``variance`` and ``risk``
         under the mechanism's (public or charged noisy) prior.
+    shrinkage_slope_ : float
+        Slope ``b`` of the guard (1.0 without one): predictions are
+        ``shrinkage_intercept_ + shrinkage_slope_ * f(x)``, then clipped.
+    shrinkage_intercept_ : float
+        Its intercept (0.0 without one). Both are statistics of the noisy
+        labels (post-processing); no fold, prediction or label is kept.
 
     See Also
     --------
