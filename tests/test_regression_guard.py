@@ -293,3 +293,22 @@ def test_guard_refuses_what_it_cannot_calibrate_before_spending():
     # 'auto' steps aside on a tiny sample instead of failing
     reg = LabelDPRegressor(Ridge(), "auto", 1.0, bounds=BOUNDS).fit(X[:5], y[:5])
     assert reg.shrinkage_slope_ == 1.0
+
+
+class FullRowsOnlyRidge(Ridge):
+    """Fails on any subset of the 300 rows (as a fold fit would)."""
+
+    def fit(self, X, y, sample_weight=None):
+        if len(X) < 300:
+            raise ValueError("too few rows")
+        return super().fit(X, y, sample_weight=sample_weight)
+
+
+def test_failed_cross_fitting_keeps_the_release_unshrunk():
+    X, y = _signal_data(300)
+    acc = BudgetAccountant(epsilon=5.0)
+    reg = LabelDPRegressor(FullRowsOnlyRidge(), "auto", 1.0, bounds=BOUNDS, accountant=acc)
+    with pytest.warns(UserWarning, match="cross-fitting of shrinkage='cv' failed"):
+        reg.fit(X, y)
+    assert (reg.shrinkage_slope_, reg.shrinkage_intercept_) == (1.0, 0.0)
+    assert acc.spent_epsilon == pytest.approx(1.0)  # spent once, the release is kept
