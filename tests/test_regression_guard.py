@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.sparse
 from sklearn.linear_model import Ridge
 from sklearn.neighbors import KNeighborsRegressor
 from sklearn.utils._param_validation import InvalidParameterError
@@ -254,12 +255,21 @@ def test_fold_fits_get_the_searched_parameters_and_weights(recorder):
     assert 0.5 < reg.shrinkage_slope_ < 1.5
 
 
-def test_pandas_features():
-    pd = pytest.importorskip("pandas")
+@pytest.mark.parametrize("kind", ["pandas", "coo", "bsr", "list"])
+def test_cross_fitting_takes_every_input_kind(kind):
     X, y = _signal_data(300)
-    frame = pd.DataFrame(X, columns=["a", "b", "c"], index=np.arange(300) * 7)
-    reg = LabelDPRegressor(Ridge(), "auto", 2.0, bounds=BOUNDS, random_state=0).fit(frame, y)
-    assert reg.predict(frame).shape == (300,)
+    if kind == "pandas":
+        pd = pytest.importorskip("pandas")
+        X = pd.DataFrame(X, columns=["a", "b", "c"], index=np.arange(300) * 7)
+    elif kind in ("coo", "bsr"):
+        X = getattr(scipy.sparse, f"{kind}_matrix")(X)
+    else:
+        X = X.tolist()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a failed cross-fitting warns
+        reg = LabelDPRegressor(Ridge(), "auto", 2.0, bounds=BOUNDS).fit(X, y)
+    assert 0.5 < reg.shrinkage_slope_ < 1.5
+    assert reg.predict(X).shape == (300,)
 
 
 def test_verbose_reports_the_cross_fitting(capsys):

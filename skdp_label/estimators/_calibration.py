@@ -24,7 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.model_selection import KFold
+from sklearn.utils.validation import _num_samples
 
 from ..utils._random import public_fingerprint, simulation_generator
 from ._scorers import _moment_estimators, _solve_exactly, _transition, _value_lookup
@@ -102,11 +104,11 @@ def calibration_folds(X, n_splits):
     public function of the features, and the same for every
     ``random_state``.
     """
-    values = X.to_numpy() if hasattr(X, "to_numpy") else X
-    n = values.shape[0]
-    if hasattr(values, "tocsr"):
+    n = _num_samples(X)
+    if sp.issparse(X):
         context = ("calibration folds", n)
     else:
+        values = X.to_numpy() if hasattr(X, "to_numpy") else np.asarray(X)
         context = public_fingerprint("calibration folds", np.ascontiguousarray(values))
     seed = int(simulation_generator(*context).integers(2**31 - 1))
     return list(KFold(n_splits, shuffle=True, random_state=seed).split(np.zeros((n, 1))))
@@ -216,5 +218,5 @@ def fit_calibration(debiased, oof, anchor, model_variance=0.0, sample_weight=Non
     correction = n / (n - 2.0) if n > 2 else 1.0
     se = float(np.sqrt(correction * float((w * spread) ** 2 @ residual**2)) / sxx)
     factor = max(0.0, 1.0 - se**2 / raw**2) if raw != 0 else 0.0
-    slope = float(np.clip(raw * factor, 0.0, max_slope))
+    slope = float(np.clip(raw * factor, 0.0, max_slope)) + 0.0  # never -0.0
     return LinearCalibration(constant - slope * center, slope, raw, se)

@@ -7,9 +7,11 @@ from numbers import Real
 from typing import Any, Self
 
 import numpy as np
+import scipy.sparse as sp
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context, clone
 from sklearn.metrics import r2_score
+from sklearn.utils import _safe_indexing
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_method_params, _num_samples, check_is_fitted
 
@@ -29,10 +31,6 @@ from ._calibration import (
 from ._effective_size import effective_sample_size
 
 __all__ = ["LabelDPRegressor"]
-
-
-def _rows(X, index):
-    return X.iloc[index] if hasattr(X, "iloc") else X[index]
 
 
 class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
@@ -302,24 +300,23 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
     def _resolve_shrinkage(self, y, n_samples):
         """'cv', a fixed weight, or None; checked before anything is spent."""
         shrinkage = self.shrinkage
-        if shrinkage == "auto":
-            shrinkage = "cv" if self._is_auto() else None
-            # 'auto' steps aside where cross-fitting cannot run.
-            if np.ndim(y) == 2 and np.shape(y)[1] > 1 or n_samples < 2 * self._SHRINKAGE_FOLDS:
-                return None
-            return shrinkage
-        if shrinkage is None:
+        if shrinkage is None or shrinkage == "auto" and not self._is_auto():
             return None
+        y_shape = getattr(y, "shape", None) or np.asarray(y).shape
+        multi_output = len(y_shape) == 2 and y_shape[1] > 1
+        if shrinkage == "auto":
+            # 'auto' steps aside where cross-fitting cannot run.
+            return None if multi_output or n_samples < 2 * self._SHRINKAGE_FOLDS else "cv"
         name = type(self).__name__
-        if np.ndim(y) == 2 and np.shape(y)[1] > 1:
+        if multi_output:
             raise ValueError(
                 f"{name}: shrinkage={shrinkage!r} calibrates one label column; y has "
-                f"{np.shape(y)[1]} (use shrinkage=None)."
+                f"{y_shape[1]} (use shrinkage=None)."
             )
         if shrinkage == "cv" and n_samples < 2 * self._SHRINKAGE_FOLDS:
             raise ValueError(
                 f"{name}: shrinkage='cv' cross-fits {self._SHRINKAGE_FOLDS} folds and needs at "
-                f"least {2 * self._SHRINKAGE_FOLDS} rows; got {n_samples}."
+                f"least {2 * self._SHRINKAGE_FOLDS} rows; got n_samples={n_samples}."
             )
         return shrinkage
 
@@ -368,10 +365,16 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         the folds come from the public features only."""
         oof = np.empty(_num_samples(X), dtype=np.float64)
         y_noisy = np.asarray(y_noisy)
+        if sp.issparse(X):
+            X = X.tocsr()  # row-indexable, whatever the format the base estimator took
+        elif not hasattr(X, "iloc") and not isinstance(X, np.ndarray):
+            X = np.asarray(X)  # lists and other array-likes
         for train, test in calibration_folds(X, self._SHRINKAGE_FOLDS):
             params = _check_method_params(X, routed, indices=train)
-            model = clone(self.estimator_).fit(_rows(X, train), y_noisy[train], **params)
-            oof[test] = np.asarray(model.predict(_rows(X, test)), dtype=np.float64).reshape(-1)
+            model = clone(self.estimator_).fit(
+                _safe_indexing(X, train), y_noisy[train], **params)
+            oof[test] = np.asarray(
+                model.predict(_safe_indexing(X, test)), dtype=np.float64).reshape(-1)
         return oof
 
     # -- the choice of mechanism (docs/auto.md) -----------------------------------
