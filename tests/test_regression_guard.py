@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse
 from sklearn.linear_model import Ridge
+from sklearn.metrics import r2_score
 from sklearn.neighbors import KNeighborsRegressor
 from sklearn.utils._param_validation import InvalidParameterError
 
@@ -76,6 +77,11 @@ def test_pure_noise_features_give_a_constant():
     # and its test MSE is no worse than the unguarded model's (true labels: uniform noise)
     y_test = np.random.default_rng(3).uniform(*BOUNDS, size=300)
     assert np.mean((guarded - y_test) ** 2) < np.mean((unguarded - y_test) ** 2)
+    # score() scores what predict returns (the guarded, clipped predictions)
+    with pytest.warns(UserWarning, match="compares predictions"):
+        score = reg.score(X_test, y_test)
+    assert score == pytest.approx(r2_score(y_test, guarded))
+    assert score > r2_score(y_test, unguarded)
 
 
 def test_strong_signal_keeps_the_model():
