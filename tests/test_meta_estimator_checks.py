@@ -40,8 +40,8 @@ def _expected_failures(estimator):
         # noise small enough for the score checks.
         LabelDPRegressor(LinearRegression(), "laplace", 20.0, bounds=(-1000.0, 1000.0), random_state=0),
         # The guard toward the constant (cross-fitted on the noisy labels) on every input kind.
-        LabelDPRegressor(LinearRegression(), "laplace", 20.0, bounds=(-1000.0, 1000.0), random_state=0,
-                         shrinkage="cv"),
+        LabelDPRegressor(LinearRegression(), "laplace", 20.0, bounds=(-1000.0, 1000.0),
+                         random_state=0, shrinkage="cv"),
         LabelDPClassifier(LogisticRegression(), "rr-with-prior", 20.0, classes=list(range(-1, 10)), random_state=0),
         LabelDPClassifier(LogisticRegression(), "rr-with-prior", 20.0, n_stages=2, classes=list(range(-1, 10)), random_state=0),
     ],

@@ -321,12 +321,33 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         return shrinkage
 
     def _fit_shrinkage(self, shrinkage, X, y_noisy, routed, mechanism, progress):
-        """Fit ``shrinkage_intercept_`` and ``shrinkage_slope_`` on the noisy
-        labels (post-processing: no budget). Nothing row-level is kept: the
-        out-of-fold predictions and debiased labels are local."""
+        """Set ``shrinkage_intercept_`` and ``shrinkage_slope_`` (post-processing:
+        no budget). The budget is spent by now, so a failure warns and keeps
+        the release unshrunk. Nothing row-level is kept."""
         self.shrinkage_intercept_, self.shrinkage_slope_ = 0.0, 1.0
         if shrinkage is None:
             return
+        try:
+            calibration = self._calibration(shrinkage, X, y_noisy, routed, mechanism, progress)
+        except Exception as exc:  # noqa: BLE001 - the budget is spent: keep the release
+            warnings.warn(
+                f"{type(self).__name__}: the guard toward the constant "
+                f"(shrinkage={shrinkage!r}) failed ({type(exc).__name__}); predictions are not "
+                "shrunk.",
+                UserWarning,
+                stacklevel=4,
+            )
+            return
+        self.shrinkage_intercept_ = float(calibration.intercept)
+        self.shrinkage_slope_ = float(calibration.slope)
+        progress(
+            f"shrinkage: slope {calibration.slope:.3g} (least squares {calibration.raw_slope:.3g} "
+            f"+- {calibration.slope_se:.3g}) toward the constant"
+        )
+
+    def _calibration(self, shrinkage, X, y_noisy, routed, mechanism, progress):
+        """The guard's :class:`LinearCalibration`; the out-of-fold predictions
+        and debiased labels stay local."""
         noisy = np.asarray(y_noisy, dtype=np.float64).reshape(-1)
         debias = debiasing_function(mechanism)
         debiased = debias(noisy)
@@ -334,30 +355,13 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         weight = routed.get("sample_weight")
         weight = None if weight is None else np.asarray(weight, dtype=np.float64)
         if shrinkage == "cv":
-            try:
-                with progress.timed(
-                    f"cross-fitted {self._SHRINKAGE_FOLDS} folds for shrinkage='cv'"
-                ):
-                    oof = self._out_of_fold_predictions(X, y_noisy, routed)
-            except Exception as exc:  # noqa: BLE001 - the budget is spent: keep the release
-                warnings.warn(
-                    f"{type(self).__name__}: the cross-fitting of shrinkage='cv' failed "
-                    f"({type(exc).__name__}); predictions are not shrunk.",
-                    UserWarning,
-                    stacklevel=4,
-                )
-                return
-            calibration = fit_calibration(debiased, oof, anchor, model_variance, weight)
-        else:  # a fixed weight of the constant: (1 - s) f(x) + s a, as LabelDPClassifier's
-            constant = shrunk_mean(debiased, anchor, model_variance, weight)
-            slope = 1.0 - float(shrinkage)
-            calibration = LinearCalibration(float(shrinkage) * constant, slope, slope, 0.0)
-        self.shrinkage_intercept_ = float(calibration.intercept)
-        self.shrinkage_slope_ = float(calibration.slope)
-        progress(
-            f"shrinkage: slope {calibration.slope:.3g} (least squares {calibration.raw_slope:.3g} "
-            f"+- {calibration.slope_se:.3g}) toward the constant"
-        )
+            with progress.timed(f"cross-fitted {self._SHRINKAGE_FOLDS} folds for shrinkage='cv'"):
+                oof = self._out_of_fold_predictions(X, y_noisy, routed)
+            return fit_calibration(debiased, oof, anchor, model_variance, weight)
+        # A fixed weight of the constant: (1 - s) f(x) + s a, as LabelDPClassifier's.
+        constant = shrunk_mean(debiased, anchor, model_variance, weight)
+        slope = 1.0 - float(shrinkage)
+        return LinearCalibration(float(shrinkage) * constant, slope, slope, 0.0)
 
     def _out_of_fold_predictions(self, X, y_noisy, routed):
         """Predictions of clones of the fitted base estimator (parameters
