@@ -10,10 +10,11 @@ where ``m`` is the mean of f's out-of-fold predictions, ``b`` the slope of
 the least-squares regression of the debiased noisy labels d(y~) on those
 predictions, shrunk for its own estimation noise and clipped to
 ``[0, MAX_SLOPE]`` (``b = 0``: the constant ``a``), and ``a`` an estimate of
-the labels' mean. Out-of-fold predictions do not
-depend on the row's own noisy label, and ``E[d(y~) | y] = y``, so the
-slope's numerator sum_i w_i d_i (f_i - m) has the expectation
-sum_i w_i y_i (f_i - m): the true-label slope. Everything is a function of
+the labels' mean. Out-of-fold predictions do not depend on the row's own
+noisy label, and ``E[d(y~) | y] = y``, so the slope's numerator
+sum_i w_i d_i (f_i - m) has the expectation sum_i w_i y_i (f_i - m): that of
+the true-label slope (of the binned labels when bins merge labels, see
+:func:`debiasing_function`). Everything is a function of
 the noisy labels and the public features: post-processing, no budget.
 
 Pure functions here; the estimator (folds, fits, routing) calls them.
@@ -181,8 +182,8 @@ def fit_calibration(debiased, oof, anchor, model_variance=0.0, sample_weight=Non
     Parameters
     ----------
     debiased : ndarray of shape (n,)
-        ``d(y~)`` with ``E[d(y~) | y] = y`` (or the noisy labels themselves
-        when the mechanism cannot be inverted).
+        ``d(y~)`` from :func:`debiasing_function`: ``E[d(y~) | y] = y``, or
+        the bin's mean, or the noisy labels themselves.
     oof : ndarray of shape (n,)
         Out-of-fold predictions of the base estimator.
     anchor, model_variance : float
