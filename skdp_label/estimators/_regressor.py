@@ -3,19 +3,31 @@
 from __future__ import annotations
 
 import warnings
+from numbers import Real
 from typing import Any, Self
 
 import numpy as np
+import scipy.sparse as sp
 from numpy.typing import ArrayLike
-from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
+from sklearn.base import BaseEstimator, RegressorMixin, _fit_context, clone
 from sklearn.metrics import r2_score
-from sklearn.utils.validation import _num_samples, check_is_fitted
+from sklearn.utils import _safe_indexing
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import _check_method_params, _num_samples, check_is_fitted
 
 from .._accountant import BudgetAccountant
 from ..mechanisms._base import BaseLabelMechanism
 from ..mechanisms.auto._mechanism import compare_candidates, prior_variance
 from ..utils._random import derive_random_state
 from ._base import BaseLabelDPEstimator
+from ._calibration import (
+    LinearCalibration,
+    anchor_for,
+    calibration_folds,
+    debiasing_function,
+    fit_calibration,
+    shrunk_mean,
+)
 from ._effective_size import effective_sample_size
 
 __all__ = ["LabelDPRegressor"]
@@ -91,6 +103,20 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         lies outside it, that keeps a model trained on noisy labels (which
         do lie far outside) from predicting there. ``False`` returns the base
         estimator's raw predictions (e.g. to study the noisy model itself).
+    shrinkage : 'auto', 'cv', float in [0, 1] or None, default='auto'
+        Guard toward the constant predictor, a post-processing of the noisy
+        labels (no budget; docs/auto.md). ``'cv'``: predictions are
+        ``a + b (f(x) - m)`` with ``f`` the fitted base estimator, ``b`` the
+        least-squares slope of the debiased noisy labels on out-of-fold
+        predictions of 3 clones of ``f`` (3 extra fits, on folds made from
+        the public features only; after ``param_grid``'s search, with its
+        chosen parameters), shrunk by its standard error and clipped to
+        ``[0, 2]``, and ``a`` the debiased labels' mean shrunk toward the
+        mechanism's prior mean: where the model fits the noise, the
+        predictor falls back to (nearly) the constant. A float ``s``
+        predicts ``(1 - s) f(x) + s a`` (no extra fit). ``'auto'``: ``'cv'``
+        for ``mechanism='auto'`` (skipped for multi-output ``y`` or fewer
+        than 6 rows), else None. None: the base estimator's predictions.
 
     Attributes
     ----------
@@ -115,6 +141,12 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         For prior-based mechanisms ('auto', 'unbiased', 'rr-on-bins'):
         candidate name -> predicted ``bias2``, ``variance`` and ``risk``
         under the mechanism's (public or charged noisy) prior.
+    shrinkage_slope_ : float
+        Slope ``b`` of the guard (1.0 without one): predictions are
+        ``shrinkage_intercept_ + shrinkage_slope_ * f(x)``, then clipped.
+    shrinkage_intercept_ : float
+        Its intercept (0.0 without one). Both are statistics of the noisy
+        labels (post-processing); no fold, prediction or label is kept.
 
     See Also
     --------
@@ -148,7 +180,11 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         "domain": ["array-like", None],
         "mechanism_params": [dict, None],
         "clip_predictions": ["boolean"],
+        "shrinkage": [StrOptions({"auto", "cv"}), Interval(Real, 0, 1, closed="both"), None],
     }
+
+    #: Folds of the cross-fitting behind ``shrinkage='cv'`` (public, docs/auto.md).
+    _SHRINKAGE_FOLDS = 3
 
     #: Warn when the chosen mechanism's predicted risk exceeds the best
     #: candidate's by this factor.
@@ -169,6 +205,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         random_state: int | None = None,
         verbose: int = 0,
         clip_predictions: bool = True,
+        shrinkage: str | float | None = "auto",
     ) -> None:
         self.base_estimator = base_estimator
         self.mechanism = mechanism
@@ -182,6 +219,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         self.random_state = random_state
         self.verbose = verbose
         self.clip_predictions = clip_predictions
+        self.shrinkage = shrinkage
 
     @_fit_context(prefer_skip_nested_validation=False)
     def fit(self, X: ArrayLike, y: ArrayLike, **fit_params: Any) -> Self:
@@ -204,6 +242,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         # Everything that can fail is checked before any budget is spent.
         routed = self._check_inputs_before_spending(X, y, fit_params)
         n_samples = _num_samples(X)
+        shrinkage = self._resolve_shrinkage(y, n_samples)
         # 'auto' measures n_eff on the public features (one fit on synthetic
         # labels, before anything is spent) unless it is given; the warning
         # of the other prior mechanisms uses the hyper-parameter rules only.
@@ -230,6 +269,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         progress.charges(getattr(mechanism, "charges_", ()))
         with progress.timed(f"fitted {type(self.base_estimator).__name__} on the noisy labels"):
             self.estimator_ = self._fit_base(X, y_noisy, routed, mechanism)
+        self._fit_shrinkage(shrinkage, X, y_noisy, routed, mechanism, progress)
         self.mechanism_ = mechanism
         self.prediction_bounds_ = mechanism._label_range() if self.clip_predictions else None
         self.epsilon_spent_ = getattr(self, "epsilon_spent_", 0.0) + float(mechanism.epsilon_spent_)
@@ -249,9 +289,97 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         y_pred : ndarray
         """
         y_pred = self._delegate("predict", X, predict_params)
+        if self.shrinkage_slope_ != 1.0 or self.shrinkage_intercept_ != 0.0:
+            y_pred = self.shrinkage_intercept_ + self.shrinkage_slope_ * np.asarray(
+                y_pred, dtype=np.float64)
         if self.prediction_bounds_ is None:
             return y_pred
         return np.clip(y_pred, *self.prediction_bounds_)
+
+    # -- the shrinkage guard (docs/auto.md) -------------------------------------
+    def _resolve_shrinkage(self, y, n_samples):
+        """'cv', a fixed weight, or None; checked before anything is spent."""
+        shrinkage = self.shrinkage
+        if shrinkage is None or shrinkage == "auto" and not self._is_auto():
+            return None
+        y_shape = getattr(y, "shape", None) or np.asarray(y).shape
+        multi_output = len(y_shape) == 2 and y_shape[1] > 1
+        if shrinkage == "auto":
+            # 'auto' steps aside where cross-fitting cannot run.
+            return None if multi_output or n_samples < 2 * self._SHRINKAGE_FOLDS else "cv"
+        name = type(self).__name__
+        if multi_output:
+            raise ValueError(
+                f"{name}: shrinkage={shrinkage!r} calibrates one label column; y has "
+                f"{y_shape[1]} (use shrinkage=None)."
+            )
+        if shrinkage == "cv" and n_samples < 2 * self._SHRINKAGE_FOLDS:
+            raise ValueError(
+                f"{name}: shrinkage='cv' cross-fits {self._SHRINKAGE_FOLDS} folds and needs at "
+                f"least {2 * self._SHRINKAGE_FOLDS} rows; got n_samples={n_samples}."
+            )
+        return shrinkage
+
+    def _fit_shrinkage(self, shrinkage, X, y_noisy, routed, mechanism, progress):
+        """Set ``shrinkage_intercept_`` and ``shrinkage_slope_`` (post-processing:
+        no budget). The budget is spent by now, so a failure warns and keeps
+        the release unshrunk. Nothing row-level is kept."""
+        self.shrinkage_intercept_, self.shrinkage_slope_ = 0.0, 1.0
+        if shrinkage is None:
+            return
+        try:
+            calibration = self._calibration(shrinkage, X, y_noisy, routed, mechanism, progress)
+        except Exception as exc:  # noqa: BLE001 - the budget is spent: keep the release
+            warnings.warn(
+                f"{type(self).__name__}: the guard toward the constant "
+                f"(shrinkage={shrinkage!r}) failed ({type(exc).__name__}); predictions are not "
+                "shrunk.",
+                UserWarning,
+                stacklevel=4,
+            )
+            return
+        self.shrinkage_intercept_ = float(calibration.intercept)
+        self.shrinkage_slope_ = float(calibration.slope)
+        progress(
+            f"shrinkage: slope {calibration.slope:.3g} (least squares {calibration.raw_slope:.3g} "
+            f"+- {calibration.slope_se:.3g}) toward the constant"
+        )
+
+    def _calibration(self, shrinkage, X, y_noisy, routed, mechanism, progress):
+        """The guard's :class:`LinearCalibration`; the out-of-fold predictions
+        and debiased labels stay local."""
+        noisy = np.asarray(y_noisy, dtype=np.float64).reshape(-1)
+        debias = debiasing_function(mechanism)
+        debiased = debias(noisy)
+        anchor, model_variance = anchor_for(mechanism, debias)
+        weight = routed.get("sample_weight")
+        weight = None if weight is None else np.asarray(weight, dtype=np.float64)
+        if shrinkage == "cv":
+            with progress.timed(f"cross-fitted {self._SHRINKAGE_FOLDS} folds for shrinkage='cv'"):
+                oof = self._out_of_fold_predictions(X, y_noisy, routed)
+            return fit_calibration(debiased, oof, anchor, model_variance, weight)
+        # A fixed weight of the constant: (1 - s) f(x) + s a, as LabelDPClassifier's.
+        constant = shrunk_mean(debiased, anchor, model_variance, weight)
+        slope = 1.0 - float(shrinkage)
+        return LinearCalibration(float(shrinkage) * constant, slope, slope, 0.0)
+
+    def _out_of_fold_predictions(self, X, y_noisy, routed):
+        """Predictions of clones of the fitted base estimator (parameters
+        chosen by ``param_grid`` included) on folds they were not fitted on;
+        the folds come from the public features only."""
+        oof = np.empty(_num_samples(X), dtype=np.float64)
+        y_noisy = np.asarray(y_noisy)
+        if sp.issparse(X):
+            X = X.tocsr()  # row-indexable, whatever the format the base estimator took
+        elif not hasattr(X, "iloc") and not isinstance(X, np.ndarray):
+            X = np.asarray(X)  # lists and other array-likes
+        for train, test in calibration_folds(X, self._SHRINKAGE_FOLDS):
+            params = _check_method_params(X, routed, indices=train)
+            model = clone(self.estimator_).fit(
+                _safe_indexing(X, train), y_noisy[train], **params)
+            oof[test] = np.asarray(
+                model.predict(_safe_indexing(X, test)), dtype=np.float64).reshape(-1)
+        return oof
 
     # -- the choice of mechanism (docs/auto.md) -----------------------------------
     def _is_auto(self):
@@ -321,7 +449,8 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         check_is_fitted(self)
         self._warn_true_label_scoring()
         routed = self._routed("score", score_params)
-        if self.prediction_bounds_ is None:
+        if self.prediction_bounds_ is None and self.shrinkage_slope_ == 1.0 and (
+                self.shrinkage_intercept_ == 0.0):
             return self.estimator_.score(X, y, **routed)
         # R^2 of the clipped predictions (what predict returns).
         return r2_score(y, self.predict(X), sample_weight=routed.get("sample_weight"))

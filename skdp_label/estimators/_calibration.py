@@ -1,0 +1,223 @@
+"""The shrinkage guard of LabelDPRegressor: a linear calibration toward the
+constant predictor, fitted on the noisy labels only (docs/auto.md).
+
+A model f trained on noisy labels can be worse than a constant: at small
+epsilon it fits the noise. The guard predicts
+
+    y_hat(x) = a + b * (f(x) - m)
+
+where ``m`` is the mean of f's out-of-fold predictions, ``b`` the slope of
+the least-squares regression of the debiased noisy labels d(y~) on those
+predictions, shrunk for its own estimation noise and clipped to
+``[0, MAX_SLOPE]`` (``b = 0``: the constant ``a``), and ``a`` an estimate of
+the labels' mean. Out-of-fold predictions do not depend on the row's own
+noisy label, and ``E[d(y~) | y] = y``, so the slope's numerator
+sum_i w_i d_i (f_i - m) has the expectation sum_i w_i y_i (f_i - m): that of
+the true-label slope (of the binned labels when bins merge labels, see
+:func:`debiasing_function`). Everything is a function of
+the noisy labels and the public features: post-processing, no budget.
+
+Pure functions here; the estimator (folds, fits, routing) calls them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.model_selection import KFold
+from sklearn.utils.validation import _num_samples
+
+from ..utils._random import public_fingerprint, simulation_generator
+from ._scorers import _moment_estimators, _solve_exactly, _transition, _value_lookup
+
+__all__ = [
+    "MAX_SLOPE",
+    "LinearCalibration",
+    "calibration_folds",
+    "debiasing_function",
+    "anchor_for",
+    "fit_calibration",
+    "shrunk_mean",
+]
+
+#: Largest slope kept. Above 1 it undoes the shrinkage of a biased
+#: randomizer (RR-on-Bins maps labels toward the prior's mean, so a model of
+#: its outputs is a shrunk model of the labels); 2 bounds how far a noisy
+#: slope estimate can stretch the predictions (which are then clipped to
+#: the public bounds anyway).
+MAX_SLOPE = 2.0
+
+
+@dataclass(frozen=True)
+class LinearCalibration:
+    """``y_hat = intercept + slope * f(x)`` and the figures behind it."""
+
+    intercept: float
+    slope: float
+    raw_slope: float  # least-squares slope before shrinkage and clipping
+    slope_se: float  # its standard error (heteroskedasticity-robust)
+
+
+def debiasing_function(mechanism):
+    """``d`` with ``E[d(y~) | y] = y`` when the mechanism can be inverted
+    (``_moment_estimators``); otherwise, for a discrete mechanism whose
+    label values share output distributions (RR-on-Bins merging labels into
+    bins), ``E[d(y~) | y] = c(y)``, the prior-weighted mean of the label
+    values sharing ``y``'s row of the transition matrix: the finest label the
+    outputs can tell apart, debiased from the randomized response between
+    those groups (under the mechanism's prior its mean is the label's). The
+    noisy labels themselves when neither exists."""
+    try:
+        return _moment_estimators(mechanism)[0]
+    except ValueError:
+        pass
+    try:
+        matrix, inputs, outputs = _transition(mechanism)
+    except ValueError:
+        return _identity
+    inputs = inputs.astype(np.float64)
+    prior = getattr(mechanism, "prior_", None)
+    prior = np.ones(inputs.size) if prior is None or np.shape(prior) != inputs.shape else prior
+    _, group = np.unique(np.round(matrix, 12), axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    mass = np.bincount(group, weights=prior) + 1e-300
+    means = np.bincount(group, weights=prior * inputs) / mass
+    # Label values of no prior mass: the plain mean of their group.
+    plain = np.bincount(group, weights=inputs) / np.bincount(group)
+    means = np.where(mass > 1e-300, means, plain)
+    g = _solve_exactly(matrix, means[group])
+    if g is None:
+        return _identity
+    return _value_lookup(type(mechanism).__name__, outputs.astype(np.float64), g)
+
+
+def _identity(y_noisy):
+    return np.asarray(y_noisy, dtype=np.float64)
+
+
+def calibration_folds(X, n_splits):
+    """Cross-fitting folds from the public features only.
+
+    A shuffled ``KFold`` whose seed is a hash of ``X`` (its shape for sparse
+    input), never of a label or of the label-noise seed: the folds are a
+    public function of the features, and the same for every
+    ``random_state``.
+    """
+    n = _num_samples(X)
+    if sp.issparse(X):
+        context = ("calibration folds", n)
+    else:
+        values = X.to_numpy() if hasattr(X, "to_numpy") else np.asarray(X)
+        context = public_fingerprint("calibration folds", np.ascontiguousarray(values))
+    seed = int(simulation_generator(*context).integers(2**31 - 1))
+    return list(KFold(n_splits, shuffle=True, random_state=seed).split(np.zeros((n, 1))))
+
+
+def _weighted_mean(values, weights):
+    return float(np.average(values, weights=weights))
+
+
+def anchor_for(mechanism, debias):
+    """The point the constant shrinks toward, and the variance of one
+    debiased label predicted by the mechanism.
+
+    The anchor is the mean of the mechanism's prior (public, or a noisy
+    histogram already charged: its noise is independent of the label
+    noise), else the middle of the public label range. The variance is
+    ``E_p[Var(d | y)] + Var_p(E[d | y])`` under that prior, exact from the
+    transition matrix (0 when there is none): heavy-tailed debiased labels
+    (rare outputs of huge debiased value) make the sample variance
+    unreliable, so the larger of the two is used.
+    """
+    lo, hi = mechanism._label_range()
+    anchor = 0.5 * (float(lo) + float(hi))
+    try:
+        matrix, inputs, outputs = _transition(mechanism)
+    except ValueError:
+        return anchor, 0.0
+    prior = getattr(mechanism, "prior_", None)
+    if prior is None or np.shape(prior) != inputs.shape or not np.sum(prior) > 0:
+        return anchor, 0.0
+    prior = np.asarray(prior, dtype=np.float64) / np.sum(prior)
+    g = debias(outputs.astype(np.float64))
+    conditional_mean = matrix @ g
+    spread = matrix @ g**2 - conditional_mean**2
+    center = prior @ conditional_mean
+    variance = prior @ spread + prior @ (conditional_mean - center) ** 2
+    return float(prior @ inputs.astype(np.float64)), float(max(variance, 0.0))
+
+
+def shrunk_mean(debiased, anchor, model_variance=0.0, sample_weight=None):
+    """The constant: the mean ``D`` of ``debiased`` shrunk toward ``anchor``,
+    ``A + w (D - A)``.
+
+    ``D`` is unbiased with variance ``V`` (the larger of the sample estimate
+    and ``model_variance``, over the effective number of rows); the anchor's
+    error ``(A - mu)^2`` is estimated without bias by ``(D - A)^2 - V`` (the
+    anchor is independent of the label noise), at least 0, and
+    ``w = est / (est + V)`` minimises the expected squared error of the mix
+    (a positive-part James-Stein rule). At a small epsilon, where ``V`` is
+    large, the constant is the anchor; where the noisy labels pin the mean
+    down, it is their mean.
+    """
+    debiased = np.asarray(debiased, dtype=np.float64)
+    w = np.ones_like(debiased) if sample_weight is None else np.asarray(sample_weight, float)
+    total = w.sum()
+    mean = float(w @ debiased / total)
+    n = debiased.size
+    sample_variance = float(w @ (debiased - mean) ** 2 / total) * (n / (n - 1.0) if n > 1 else 1.0)
+    variance = max(sample_variance, float(model_variance)) * float(w @ w) / total**2
+    anchor_error = max((mean - anchor) ** 2 - variance, 0.0)
+    if not anchor_error + variance > 0:
+        return mean
+    return float(anchor + anchor_error / (anchor_error + variance) * (mean - anchor))
+
+
+def fit_calibration(debiased, oof, anchor, model_variance=0.0, sample_weight=None,
+                    max_slope=MAX_SLOPE):
+    """Fit ``y_hat = a + b (f - m)`` on out-of-fold predictions ``oof``.
+
+    Parameters
+    ----------
+    debiased : ndarray of shape (n,)
+        ``d(y~)`` from :func:`debiasing_function`: ``E[d(y~) | y] = y``, or
+        the bin's mean, or the noisy labels themselves.
+    oof : ndarray of shape (n,)
+        Out-of-fold predictions of the base estimator.
+    anchor, model_variance : float
+        For the constant (:func:`shrunk_mean`, :func:`anchor_for`).
+    sample_weight : ndarray of shape (n,), optional
+    max_slope : float
+        Upper clip of the slope.
+
+    Returns
+    -------
+    LinearCalibration
+        With ``intercept = a - b m`` (so that ``y_hat = intercept + slope f``).
+
+    The slope is the least-squares ``b_raw`` times ``max(0, 1 - se^2 /
+    b_raw^2)`` (the positive-part James-Stein factor: with an estimate of
+    standard error ``se``, keeping ``c * b_raw`` has the least expected
+    squared error at ``c = b^2 / (b^2 + se^2)``, estimated by that factor),
+    then clipped to ``[0, max_slope]``. A slope within one standard error
+    of 0 gives the constant.
+    """
+    debiased = np.asarray(debiased, dtype=np.float64)
+    oof = np.asarray(oof, dtype=np.float64)
+    w = np.ones_like(oof) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    center = _weighted_mean(oof, w)
+    spread = oof - center
+    sxx = float(w @ spread**2)
+    constant = shrunk_mean(debiased, anchor, model_variance, sample_weight)
+    if not sxx > 0:  # constant out-of-fold predictions carry no slope
+        return LinearCalibration(constant, 0.0, 0.0, float("inf"))
+    raw = float(w @ (debiased * spread)) / sxx
+    residual = debiased - _weighted_mean(debiased, w) - raw * spread
+    n = oof.size
+    correction = n / (n - 2.0) if n > 2 else 1.0
+    se = float(np.sqrt(correction * float((w * spread) ** 2 @ residual**2)) / sxx)
+    factor = max(0.0, 1.0 - se**2 / raw**2) if raw != 0 else 0.0
+    slope = float(np.clip(raw * factor, 0.0, max_slope)) + 0.0  # never -0.0
+    return LinearCalibration(constant - slope * center, slope, raw, se)

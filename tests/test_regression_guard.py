@@ -1,0 +1,330 @@
+"""LabelDPRegressor(shrinkage=...): the guard toward the constant predictor
+(docs/auto.md), a post-processing of the noisy labels."""
+
+import itertools
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse
+from sklearn.linear_model import Ridge
+from sklearn.metrics import r2_score
+from sklearn.neighbors import KNeighborsRegressor
+from sklearn.utils._param_validation import InvalidParameterError
+
+from _audit import assert_no_random_state
+from skdp_label import BudgetAccountant, LabelDPRegressor
+from skdp_label.estimators._calibration import (
+    anchor_for,
+    calibration_folds,
+    debiasing_function,
+    fit_calibration,
+    shrunk_mean,
+)
+from skdp_label.estimators._scorers import _transition
+from skdp_label.mechanisms import OptimalUnbiased, RROnBins
+
+pytestmark = pytest.mark.filterwarnings("ignore::skdp_label.utils.PrivacyLeakWarning")
+
+BOUNDS = (0.0, 10.0)
+
+
+def _signal_data(n=1500, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    y = np.clip(5.0 + 2.0 * X[:, 0] + X[:, 1], *BOUNDS)
+    return X, y
+
+
+def _noise_data(n=600, seed=1):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 3)), rng.uniform(*BOUNDS, size=n)
+
+
+class RecordingRidge(Ridge):
+    """A Ridge that records, for every fit, its alpha, the rows it saw (by
+    their first feature) and the length of its sample weights."""
+
+    fits = []
+
+    def fit(self, X, y, sample_weight=None):
+        rows = tuple(np.round(np.asarray(X)[:, 0], 12))
+        weights = None if sample_weight is None else len(sample_weight)
+        RecordingRidge.fits.append((self.alpha, rows, weights))
+        return super().fit(X, y, sample_weight=sample_weight)
+
+
+@pytest.fixture
+def recorder():
+    RecordingRidge.fits = []
+    yield RecordingRidge
+    RecordingRidge.fits = []
+
+
+# -- behaviour -------------------------------------------------------------------
+def test_pure_noise_features_give_a_constant():
+    # A 3-nearest-neighbour model fits the label noise; its out-of-fold
+    # predictions carry no signal, so the guard keeps (nearly) the constant.
+    X, y = _noise_data()
+    X_test = np.random.default_rng(2).normal(size=(300, 3))
+    reg = LabelDPRegressor(KNeighborsRegressor(n_neighbors=3), "auto", 1.0, bounds=BOUNDS,
+                           random_state=0).fit(X, y)
+    guarded = reg.predict(X_test)
+    unguarded = np.clip(reg.estimator_.predict(X_test), *BOUNDS)
+    assert reg.shrinkage_slope_ < 0.2
+    assert guarded.std() < 0.2 * unguarded.std()
+    # and its test MSE is no worse than the unguarded model's (true labels: uniform noise)
+    y_test = np.random.default_rng(3).uniform(*BOUNDS, size=300)
+    assert np.mean((guarded - y_test) ** 2) < np.mean((unguarded - y_test) ** 2)
+    # score() scores what predict returns (the guarded, clipped predictions)
+    with pytest.warns(UserWarning, match="compares predictions"):
+        score = reg.score(X_test, y_test)
+    assert score == pytest.approx(r2_score(y_test, guarded))
+    assert score > r2_score(y_test, unguarded)
+
+
+def test_strong_signal_keeps_the_model():
+    X, y = _signal_data()
+    X_test, y_test = _signal_data(500, seed=5)
+    reg = LabelDPRegressor(Ridge(), "auto", 4.0, bounds=BOUNDS, random_state=0).fit(X, y)
+    assert 0.8 < reg.shrinkage_slope_ < 1.25
+    unguarded = np.clip(reg.estimator_.predict(X_test), *BOUNDS)
+
+    def r2(pred):
+        return 1 - np.mean((pred - y_test) ** 2) / np.var(y_test)
+
+    assert r2(reg.predict(X_test)) > 0.8
+    assert r2(reg.predict(X_test)) >= r2(unguarded) - 0.02
+
+
+def test_default_is_on_for_auto_only():
+    X, y = _signal_data(300)
+    explicit = LabelDPRegressor(Ridge(), "unbiased", 2.0, bounds=BOUNDS, random_state=0).fit(X, y)
+    assert (explicit.shrinkage_slope_, explicit.shrinkage_intercept_) == (1.0, 0.0)
+    np.testing.assert_array_equal(
+        explicit.predict(X), np.clip(explicit.estimator_.predict(X), *BOUNDS))
+    forced = LabelDPRegressor(Ridge(), "unbiased", 2.0, bounds=BOUNDS, random_state=0,
+                              shrinkage="cv").fit(X, y)
+    assert forced.shrinkage_slope_ != 1.0
+    off = LabelDPRegressor(Ridge(), "auto", 2.0, bounds=BOUNDS, random_state=0,
+                           shrinkage=None).fit(X, y)
+    assert (off.shrinkage_slope_, off.shrinkage_intercept_) == (1.0, 0.0)
+
+
+def test_fixed_weight_mixes_model_and_constant():
+    X, y = _signal_data(300)
+    common = dict(bounds=BOUNDS, random_state=0, clip_predictions=False)
+    model = LabelDPRegressor(Ridge(), "unbiased", 2.0, shrinkage=0.0, **common).fit(X, y)
+    np.testing.assert_allclose(model.predict(X), model.estimator_.predict(X))
+    constant = LabelDPRegressor(Ridge(), "unbiased", 2.0, shrinkage=1.0, **common).fit(X, y)
+    assert np.ptp(constant.predict(X)) == 0.0
+    half = LabelDPRegressor(Ridge(), "unbiased", 2.0, shrinkage=0.5, **common).fit(X, y)
+    np.testing.assert_allclose(
+        half.predict(X), 0.5 * half.estimator_.predict(X) + half.shrinkage_intercept_)
+    assert half.shrinkage_intercept_ == pytest.approx(0.5 * constant.predict(X[:1])[0])
+
+
+# -- the statistics ----------------------------------------------------------------
+def _exact_expected_raw_slope(mechanism, labels, oof, use_debiasing=True):
+    """E[raw slope] over every combination of the mechanism's outputs."""
+    matrix, inputs, outputs = _transition(mechanism)
+    rows = [int(np.flatnonzero(inputs == label)[0]) for label in labels]
+    debias = debiasing_function(mechanism) if use_debiasing else np.asarray
+    expected = 0.0
+    for combo in itertools.product(range(outputs.size), repeat=len(labels)):
+        prob = np.prod([matrix[r, c] for r, c in zip(rows, combo)])
+        noisy = outputs[list(combo)].astype(np.float64)
+        expected += prob * fit_calibration(debias(noisy), oof, anchor=0.0).raw_slope
+    return expected
+
+
+ORACLE_OOF = np.array([1.0, 4.0, 2.5])  # fixed out-of-fold predictions
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 2.0])
+def test_slope_numerator_is_unbiased_for_an_invertible_mechanism(epsilon):
+    values = np.arange(5.0)
+    mech = OptimalUnbiased(epsilon, prior=(values, np.ones(5))).fit(values[:1])
+    labels = np.array([0.0, 4.0, 3.0])
+    truth = fit_calibration(labels, ORACLE_OOF, 0.0).raw_slope
+    assert _exact_expected_raw_slope(mech, labels, ORACLE_OOF) == pytest.approx(truth, rel=1e-9)
+
+
+def test_slope_is_unbiased_for_rr_on_bins_bin_means():
+    # RR-on-Bins merging labels: E[d | y] is the prior mean of y's bin.
+    values = np.arange(6.0)
+    prior = np.array([0.4, 0.3, 0.1, 0.1, 0.05, 0.05])
+    mech = RROnBins(0.5, prior=(values, prior)).fit(values[:1])
+    matrix, inputs, _ = _transition(mech)
+    _, group = np.unique(np.round(matrix, 12), axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    assert np.unique(group).size < values.size  # bins merge labels
+    bin_mean = np.array([
+        np.average(values[group == g], weights=prior[group == g]) for g in group])
+    labels = np.array([0.0, 5.0, 2.0])
+    binned = bin_mean[labels.astype(int)]
+    truth = fit_calibration(binned, ORACLE_OOF, 0.0).raw_slope
+    assert _exact_expected_raw_slope(mech, labels, ORACLE_OOF) == pytest.approx(truth, rel=1e-9)
+    # Mutation: the noisy labels themselves are shrunk toward the prior mean.
+    raw = _exact_expected_raw_slope(mech, labels, ORACLE_OOF, use_debiasing=False)
+    assert abs(raw - truth) > 0.05 * abs(truth)
+
+
+def test_slope_shrinks_with_its_standard_error():
+    rng = np.random.default_rng(0)
+    oof = rng.normal(size=400)
+    signal = 3.0 + oof
+    exact = fit_calibration(signal, oof, anchor=float(signal.mean()))
+    assert exact.slope == pytest.approx(1.0) and exact.intercept == pytest.approx(3.0)
+    noisy = signal + rng.normal(scale=200.0, size=400)  # se ~ 10 >> 1
+    weak = fit_calibration(noisy, oof, anchor=3.0)
+    assert weak.slope_se > 5 and 0.0 <= weak.slope <= 2.0
+    assert weak.slope < abs(weak.raw_slope)
+
+
+def test_constant_shrinks_a_noisy_mean_toward_the_anchor():
+    rng = np.random.default_rng(0)
+    truth = rng.uniform(0, 10, size=2000)  # mean ~5
+    very_noisy = truth + rng.normal(scale=300.0, size=2000)  # sd of the mean ~7
+    assert abs(shrunk_mean(very_noisy, anchor=5.2) - 5.2) < abs(very_noisy.mean() - 5.2) / 3
+    precise = truth + rng.normal(scale=1.0, size=2000)  # sd of the mean ~0.07
+    assert shrunk_mean(precise, anchor=9.0) == pytest.approx(precise.mean(), abs=0.01)
+    # the model's variance counts when the sample under-represents rare outputs
+    assert abs(shrunk_mean(precise, 9.0, model_variance=1e6) - 9.0) < 0.5
+
+
+def test_model_variance_is_the_debiased_labels_variance_under_the_prior():
+    values = np.arange(5.0)
+    prior = np.array([0.1, 0.2, 0.4, 0.2, 0.1])
+    mech = OptimalUnbiased(1.0, prior=(values, prior)).fit(values[:1])
+    matrix, inputs, outputs = _transition(mech)
+    anchor, variance = anchor_for(mech, debiasing_function(mech))
+    assert anchor == pytest.approx(prior @ values)
+    joint = prior[:, None] * matrix  # P(y, y~)
+    mean = joint.sum(axis=0) @ outputs
+    assert variance == pytest.approx(joint.sum(axis=0) @ (outputs - mean) ** 2, rel=1e-9)
+
+
+# -- privacy -----------------------------------------------------------------------
+def test_no_extra_epsilon_is_charged():
+    X, y = _signal_data(400)
+    spent = []
+    for shrinkage in ["cv", None]:
+        acc = BudgetAccountant(epsilon=10.0)
+        LabelDPRegressor(Ridge(), "auto", 1.0, bounds=BOUNDS, accountant=acc,
+                         shrinkage=shrinkage).fit(X, y)
+        spent.append((acc.spent_epsilon, len(acc.ledger)))
+    assert spent[0] == spent[1]
+    assert spent[0][0] == pytest.approx(1.0)
+
+
+def test_fitted_guard_keeps_no_rows_and_no_random_state():
+    X, y = _signal_data(400)
+    reg = LabelDPRegressor(Ridge(), "auto", 1.0, bounds=BOUNDS, random_state=0).fit(X, y)
+    assert reg.shrinkage_slope_ != 1.0  # the guard ran
+    assert_no_random_state(reg)
+    for name, value in vars(reg).items():
+        assert np.size(value) < X.shape[0] or name == "base_estimator", name
+    restored = pickle.loads(pickle.dumps(reg))
+    np.testing.assert_array_equal(restored.predict(X[:5]), reg.predict(X[:5]))
+
+
+def test_folds_come_from_the_features_only(recorder):
+    X, y = _signal_data(300)
+    folds = []
+    for random_state, labels in [(0, y), (1, y), (None, BOUNDS[1] - y)]:
+        recorder.fits = []
+        LabelDPRegressor(recorder(), "auto", 1.0, bounds=BOUNDS, random_state=random_state).fit(
+            X, labels)
+        # the fits on the public features and the full noisy labels have all rows
+        folds.append(sorted(rows for _, rows, _ in recorder.fits if len(rows) < X.shape[0]))
+    assert len(folds[0]) == 3
+    assert folds[0] == folds[1] == folds[2]
+    same = [test for _, test in calibration_folds(X, 3)]
+    assert [test.tolist() for _, test in calibration_folds(X, 3)] == [t.tolist() for t in same]
+    assert any(t.tolist() != list(range(t[0], t[0] + t.size)) for t in same)  # shuffled
+
+
+def test_fold_fits_get_the_searched_parameters_and_weights(recorder):
+    X, y = _signal_data(300)
+    weights = np.linspace(0.5, 1.5, X.shape[0])
+    reg = LabelDPRegressor(recorder(), "unbiased", 4.0, bounds=BOUNDS, random_state=0,
+                           param_grid={"alpha": [0.01, 1e6]}, cv=2, shrinkage="cv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg.fit(X, y, sample_weight=weights)
+    assert reg.best_params_ == {"alpha": 0.01}
+    fold_fits = recorder.fits[-3:]  # after the search and its refit
+    assert all(alpha == 0.01 for alpha, _, _ in fold_fits)
+    assert all(n_weights == len(rows) < X.shape[0] for _, rows, n_weights in fold_fits)
+    assert 0.5 < reg.shrinkage_slope_ < 1.5
+
+
+@pytest.mark.parametrize("kind", ["pandas", "coo", "bsr", "list"])
+def test_cross_fitting_takes_every_input_kind(kind):
+    X, y = _signal_data(300)
+    if kind == "pandas":
+        pd = pytest.importorskip("pandas")
+        X = pd.DataFrame(X, columns=["a", "b", "c"], index=np.arange(300) * 7)
+    elif kind in ("coo", "bsr"):
+        X = getattr(scipy.sparse, f"{kind}_matrix")(X)
+    else:
+        X = X.tolist()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a failed cross-fitting warns
+        reg = LabelDPRegressor(Ridge(), "auto", 2.0, bounds=BOUNDS).fit(X, y)
+    assert 0.5 < reg.shrinkage_slope_ < 1.5
+    assert reg.predict(X).shape == (300,)
+
+
+def test_verbose_reports_the_cross_fitting(capsys):
+    X, y = _signal_data(300)
+    LabelDPRegressor(Ridge(), "auto", 2.0, bounds=BOUNDS, verbose=1).fit(X, y)
+    out = capsys.readouterr().out
+    assert "cross-fitted 3 folds" in out and "shrinkage: slope" in out
+
+
+# -- bad input, before anything is spent ----------------------------------------------
+@pytest.mark.parametrize("shrinkage", ["bogus", 1.5, -0.1, [0.5]])
+def test_bad_shrinkage_is_refused_before_spending(shrinkage):
+    X, y = _signal_data(100)
+    acc = BudgetAccountant(epsilon=5.0)
+    with pytest.raises(InvalidParameterError, match="shrinkage"):
+        LabelDPRegressor(Ridge(), "auto", 1.0, bounds=BOUNDS, accountant=acc,
+                         shrinkage=shrinkage).fit(X, y)
+    assert acc.spent_epsilon == 0.0
+
+
+def test_guard_refuses_what_it_cannot_calibrate_before_spending():
+    X, y = _signal_data(100)
+    acc = BudgetAccountant(epsilon=5.0)
+    with pytest.raises(ValueError, match="needs at least 6 rows"):
+        LabelDPRegressor(Ridge(), "unbiased", 1.0, bounds=BOUNDS, accountant=acc,
+                         shrinkage="cv").fit(X[:5], y[:5])
+    with pytest.raises(ValueError, match="one label column"):
+        LabelDPRegressor(Ridge(), "laplace", 1.0, bounds=BOUNDS, accountant=acc,
+                         shrinkage=0.5).fit(X, np.column_stack([y, y]))
+    assert acc.spent_epsilon == 0.0
+    # 'auto' steps aside on a tiny sample instead of failing
+    reg = LabelDPRegressor(Ridge(), "auto", 1.0, bounds=BOUNDS).fit(X[:5], y[:5])
+    assert reg.shrinkage_slope_ == 1.0
+
+
+class FullRowsOnlyRidge(Ridge):
+    """Fails on any subset of the 300 rows (as a fold fit would)."""
+
+    def fit(self, X, y, sample_weight=None):
+        if len(X) < 300:
+            raise ValueError("too few rows")
+        return super().fit(X, y, sample_weight=sample_weight)
+
+
+def test_failed_cross_fitting_keeps_the_release_unshrunk():
+    X, y = _signal_data(300)
+    acc = BudgetAccountant(epsilon=5.0)
+    reg = LabelDPRegressor(FullRowsOnlyRidge(), "auto", 1.0, bounds=BOUNDS, accountant=acc)
+    with pytest.warns(UserWarning, match=r"shrinkage='cv'\) failed"):
+        reg.fit(X, y)
+    assert (reg.shrinkage_slope_, reg.shrinkage_intercept_) == (1.0, 0.0)
+    assert acc.spent_epsilon == pytest.approx(1.0)  # spent once, the release is kept
