@@ -17,13 +17,13 @@ from _audit import assert_no_random_state
 from skdp_label import BudgetAccountant, LabelDPRegressor
 from skdp_label.estimators._calibration import (
     anchor_for,
-    calibration_folds,
     debiasing_function,
     fit_calibration,
     shrunk_mean,
 )
 from skdp_label.estimators._scorers import _transition
 from skdp_label.mechanisms import OptimalUnbiased, RROnBins
+from skdp_label.utils._random import public_folds
 
 pytestmark = pytest.mark.filterwarnings("ignore::skdp_label.utils.PrivacyLeakWarning")
 
@@ -241,8 +241,8 @@ def test_folds_come_from_the_features_only(recorder):
         folds.append(sorted(rows for _, rows, _ in recorder.fits if len(rows) < X.shape[0]))
     assert len(folds[0]) == 3
     assert folds[0] == folds[1] == folds[2]
-    same = [test for _, test in calibration_folds(X, 3)]
-    assert [test.tolist() for _, test in calibration_folds(X, 3)] == [t.tolist() for t in same]
+    same = [test for _, test in public_folds("calibration folds", X, 3)]
+    assert [test.tolist() for _, test in public_folds("calibration folds", X, 3)] == [t.tolist() for t in same]
     assert any(t.tolist() != list(range(t[0], t[0] + t.size)) for t in same)  # shuffled
 
 

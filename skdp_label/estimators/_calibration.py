@@ -25,17 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
-from sklearn.model_selection import KFold
-from sklearn.utils.validation import _num_samples
 
-from ..utils._random import public_fingerprint, simulation_generator
 from ._scorers import _moment_estimators, _solve_exactly, _transition, _value_lookup
 
 __all__ = [
     "MAX_SLOPE",
     "LinearCalibration",
-    "calibration_folds",
     "debiasing_function",
     "anchor_for",
     "fit_calibration",
@@ -95,24 +90,6 @@ def debiasing_function(mechanism):
 
 def _identity(y_noisy):
     return np.asarray(y_noisy, dtype=np.float64)
-
-
-def calibration_folds(X, n_splits):
-    """Cross-fitting folds from the public features only.
-
-    A shuffled ``KFold`` whose seed is a hash of ``X`` (its shape for sparse
-    input), never of a label or of the label-noise seed: the folds are a
-    public function of the features, and the same for every
-    ``random_state``.
-    """
-    n = _num_samples(X)
-    if sp.issparse(X):
-        context = ("calibration folds", n)
-    else:
-        values = X.to_numpy() if hasattr(X, "to_numpy") else np.asarray(X)
-        context = public_fingerprint("calibration folds", np.ascontiguousarray(values))
-    seed = int(simulation_generator(*context).integers(2**31 - 1))
-    return list(KFold(n_splits, shuffle=True, random_state=seed).split(np.zeros((n, 1))))
 
 
 def _weighted_mean(values, weights):

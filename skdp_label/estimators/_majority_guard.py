@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..utils._random import simulation_generator
+from ..utils._random import public_folds
 from ._noise_aware import debiasing_scale
 
 __all__ = [
@@ -51,15 +51,11 @@ def prefers_constant(model_accuracy, constant_accuracy, difference_se):
 
 
 def guard_folds(X, n_samples, n_folds=GUARD_FOLDS):
-    """Disjoint held-out index sets covering ``range(n_samples)``.
-
-    Shuffled by a generator seeded from the public features only (never from
-    the label-noise stream or ``random_state``), so the folds reveal nothing
-    and do not depend on the noise seed; rows stored sorted by class still
-    land in every fold.
-    """
-    rng = simulation_generator("majority guard folds", X, int(n_folds))
-    return np.array_split(rng.permutation(int(n_samples)), int(n_folds))
+    """Disjoint held-out index sets covering ``range(n_samples)``, from the
+    public features only (:func:`~skdp_label.utils._random.public_folds`):
+    they reveal nothing and do not depend on the noise seed; rows stored
+    sorted by class still land in every fold."""
+    return [test for _, test in public_folds("majority guard folds", X, n_folds)]
 
 
 def debiased_hits(noisy_codes, pred_codes, in_top, epsilon):

@@ -18,12 +18,11 @@ from sklearn.utils.validation import _check_method_params, _num_samples, check_i
 from .._accountant import BudgetAccountant
 from ..mechanisms._base import BaseLabelMechanism
 from ..mechanisms.auto._mechanism import compare_candidates, prior_variance
-from ..utils._random import derive_random_state
+from ..utils._random import derive_random_state, public_folds
 from ._base import BaseLabelDPEstimator
 from ._calibration import (
     LinearCalibration,
     anchor_for,
-    calibration_folds,
     debiasing_function,
     fit_calibration,
     shrunk_mean,
@@ -373,7 +372,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
             X = X.tocsr()  # row-indexable, whatever the format the base estimator took
         elif not hasattr(X, "iloc") and not isinstance(X, np.ndarray):
             X = np.asarray(X)  # lists and other array-likes
-        for train, test in calibration_folds(X, self._SHRINKAGE_FOLDS):
+        for train, test in public_folds("calibration folds", X, self._SHRINKAGE_FOLDS):
             params = _check_method_params(X, routed, indices=train)
             model = clone(self.estimator_).fit(
                 _safe_indexing(X, train), y_noisy[train], **params)

@@ -34,6 +34,7 @@ __all__ = [
     "release_generator",
     "derive_random_state",
     "simulation_generator",
+    "public_folds",
     "public_fingerprint",
     "power_of_two_grid",
 ]
@@ -142,6 +143,28 @@ def simulation_generator(*context):
     the public ``context`` (hashed), so the measurement is a reproducible
     function of public facts and reveals nothing."""
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(public_fingerprint(*context))))
+
+
+def public_folds(purpose: str, X: Any, n_splits: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``(train, test)`` index pairs of a shuffled K-fold split of the rows of
+    ``X``, from the public features only (e.g. the cross-fitting of the
+    guards toward the trivial predictor).
+
+    Seeded by a hash of ``purpose`` and ``X`` (of its shape for sparse input),
+    never by a label or the label-noise seed: the folds are a public function
+    of the features, the same for every ``random_state``, and reveal nothing.
+    """
+    from scipy import sparse
+    from sklearn.model_selection import KFold
+    from sklearn.utils.validation import _num_samples
+
+    n_rows = _num_samples(X)
+    if sparse.issparse(X):
+        features = X.shape
+    else:
+        features = np.ascontiguousarray(X.to_numpy() if hasattr(X, "to_numpy") else np.asarray(X))
+    seed = int(simulation_generator(purpose, features, int(n_splits)).integers(2**31 - 1))
+    return list(KFold(int(n_splits), shuffle=True, random_state=seed).split(np.zeros((n_rows, 1))))
 
 
 def derive_random_state(random_state: int | None, context: tuple = ()) -> int | None:
