@@ -249,7 +249,7 @@ def _cost_overload(code, r, i, j, lam, P, Z1, Z2, z, Fv, par, cmat):
 
 
 def _loss_kernels(code):
-    """(dynamic program, partition cost, bin values) of the loss ``code``.
+    """(dynamic program, partition cost and bin values) of the loss ``code``.
 
     ``code`` is a constant of the closures (their numba cache key includes
     it): each loss's kernels compile on the first fit that uses that loss,
@@ -292,8 +292,12 @@ def _loss_kernels(code):
         return E[G]
 
     @numba.njit(cache=True, nogil=True, error_model="numpy")
-    def partition_cost(starts, lam, P, Z1, Z2, z, Fv, par, cmat):
-        """Sum of the bin costs of the partition with bin starts ``starts``."""
+    def partition_cost(starts, lam, P, Z1, Z2, z, Fv, par, cmat, centre_values, values):
+        """Sum of the bin costs of the partition with bin starts ``starts``;
+        fills ``values`` with each bin's optimal value: the weighted mean
+        (squared, Poisson) or weighted median (absolute) under weights
+        p_t (1 + lam [t in bin]). One kernel for both: a compiled function
+        costs a fixed share of a cold start."""
         K = P.shape[0] - 1
         total = 0.0
         j = 0
@@ -302,28 +306,15 @@ def _loss_kernels(code):
             i = starts[b + 1] if b + 1 < starts.shape[0] else K
             c, j = _cost(code, r, i, j, lam, P, Z1, Z2, z, Fv, par, cmat)
             total += c
-        return total
-
-    @numba.njit(cache=True, nogil=True, error_model="numpy")
-    def bin_values(starts, lam, P, Z1, z, par, centre_values):
-        """Optimal value of each bin: the weighted mean (squared, Poisson) or
-        weighted median (absolute) under weights p_t (1 + lam [t in bin])."""
-        K = P.shape[0] - 1
-        out = np.empty(starts.shape[0])
-        j = 0
-        for b in range(starts.shape[0]):
-            r = starts[b]
-            i = starts[b + 1] if b + 1 < starts.shape[0] else K
             if code == 1:
-                j = _abs_median(r, i, j, lam, P)
-                out[b] = centre_values[j]
+                values[b] = centre_values[j]  # the median _cost has just found
             else:
                 w = P[i] - P[r]
                 s1 = Z1[i] - Z1[r]
-                out[b] = par[3] + (par[0] * par[1] + lam * s1) / (par[0] + lam * w)
-        return out
+                values[b] = par[3] + (par[0] * par[1] + lam * s1) / (par[0] + lam * w)
+        return total
 
-    return penalized_partition, partition_cost, bin_values
+    return penalized_partition, partition_cost
 
 
 # Created at import, compiled on first use (per loss).
@@ -498,10 +489,12 @@ def solve_support(ys, ps, epsilon, loss="squared", coarse=512):
         cmat = np.zeros((0, 0))
     args = prob.args(lam, cmat)
     prune = code != _GENERIC
-    penalized_partition, partition_cost, bin_values = _LOSS_KERNELS[code]
+    penalized_partition, partition_cost = _LOSS_KERNELS[code]
 
-    def ratio_of(starts):
-        return partition_cost(starts, *args) / (lam + starts.shape[0])
+    def ratio_of(starts, values=None):
+        if values is None:
+            values = np.empty(starts.shape[0])
+        return partition_cost(starts, *args, ys, values) / (lam + starts.shape[0])
 
     # Start from the better of one bin and one bin per label.
     candidates = [np.zeros(1, dtype=np.int64), np.arange(K, dtype=np.int64)]
@@ -532,7 +525,8 @@ def solve_support(ys, ps, epsilon, loss="squared", coarse=512):
         ends = np.append(starts[1:], K)
         values = vmat[starts, ends]
     else:
-        values = bin_values(starts, lam, prob.P, prob.Z1, prob.z, prob.par, ys)
+        values = np.empty(starts.shape[0])
+        ratio_of(starts, values)
     return BinSolution(starts, values, float(t), n_iter)
 
 
