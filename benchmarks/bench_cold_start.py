@@ -42,14 +42,17 @@ with warnings.catch_warnings():
     t2, w2 = time.process_time(), time.perf_counter()
     mech.fit_transform(column)
     t3, w3 = time.process_time(), time.perf_counter()
-print(json.dumps({{"import": t1 - t0, "first_fit": t3 - t2, "wall": w3 - w2, "file": skdp_label.__file__}}))
+print(json.dumps({{
+    "import": t1 - t0, "first_fit": t3 - t2, "wall": w3 - w2, "file": skdp_label.__file__,
+}}))
 """
 
 
 def run_child(name, cache_dir, repo=None):
     env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir, NUMBA_NUM_THREADS="1")
     if repo is not None:
-        env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(repo)] + env.get("PYTHONPATH", "").split(os.pathsep))
+        paths = [os.path.abspath(repo)] + env.get("PYTHONPATH", "").split(os.pathsep)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     out = subprocess.run(
         [sys.executable, "-c", _CHILD.format(name=name)], env=env, capture_output=True, text=True,
         cwd=cache_dir,  # not the current directory: PYTHONPATH decides the code
@@ -76,8 +79,10 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--names", nargs="*", help="mechanism names (default: all registered)")
     parser.add_argument("--warm", action="store_true", help="also time a second process, warm cache")
-    parser.add_argument("--repo", nargs="*", default=[None], help="checkouts to measure side by side")
-    parser.add_argument("--repeats", type=int, default=1, help="fresh processes per measurement (median)")
+    parser.add_argument("--repo", nargs="*", default=[None],
+                        help="checkouts to measure side by side")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="fresh processes per measurement (median)")
     args = parser.parse_args()
     if args.names:
         names = args.names

@@ -828,7 +828,8 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=
     else:
         rr = _EMPTY_F
     out = np.empty(n, dtype=np.float64)
-    _DISCRETE_ROWS[rounding, use_rr](codes, y, *grid, rr, rng, np.ascontiguousarray(outputs, dtype=np.float64), out, *tables)
+    outputs = np.ascontiguousarray(outputs, dtype=np.float64)
+    _DISCRETE_ROWS[rounding, use_rr](codes, y, *grid, rr, rng, outputs, out, *tables)
     return out
 
 
