@@ -1,60 +1,88 @@
 """Cold start: the first fit of each mechanism in a fresh process with an empty numba cache.
 
 Run: python benchmarks/bench_cold_start.py [--names rr laplace ...] [--warm]
+     [--repo /path/to/checkout ...] [--repeats 3]
 
 For every registered mechanism, a new Python process with its own empty
 ``NUMBA_CACHE_DIR`` (what a fresh install sees: numba has compiled nothing)
 imports skdp_label, then times ``fit_transform`` of a public synthetic column
 (the inputs of ``skdp-label warmup``: 20,000 labels, so the bulk sampling
 paths run too). ``--warm`` adds a second process on the same, now filled,
-cache directory (what every later process pays). Reports seconds per
-mechanism; the import of skdp_label is timed separately.
+cache directory (what every later process pays). Reports the CPU seconds of
+the first fit per mechanism (the machine may be shared: CPU time is what the
+compilation costs; wall time is printed too); the import of skdp_label is
+timed separately.
 
-Set ``PYTHONPATH`` to choose the code measured (e.g. an older checkout).
+``--repo`` measures one or more checkouts side by side (each put first on
+``PYTHONPATH``; by default the ``PYTHONPATH`` of this process decides the
+code), alternating between them, and ``--repeats`` reports the median of
+several fresh processes per mechanism and checkout.
 """
 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 
 _CHILD = r"""
 import json, time, warnings
-t0 = time.perf_counter()
+t0 = time.process_time()
 import skdp_label
 from skdp_label._warmup import _public_inputs
 from skdp_label.mechanisms import get_mechanism_class
-t1 = time.perf_counter()
+t1 = time.process_time()
 name = {name!r}
 kwargs, column = _public_inputs(name)
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     mech = get_mechanism_class(name)(epsilon=1.0, **kwargs)
-    t2 = time.perf_counter()
+    t2, w2 = time.process_time(), time.perf_counter()
     mech.fit_transform(column)
-    t3 = time.perf_counter()
-print(json.dumps({{"import": t1 - t0, "first_fit": t3 - t2, "file": skdp_label.__file__}}))
+    t3, w3 = time.process_time(), time.perf_counter()
+print(json.dumps({{
+    "import": t1 - t0, "first_fit": t3 - t2, "wall": w3 - w2, "file": skdp_label.__file__,
+}}))
 """
 
 
-def run_child(name, cache_dir):
+def run_child(name, cache_dir, repo=None):
     env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir, NUMBA_NUM_THREADS="1")
+    if repo is not None:
+        paths = [os.path.abspath(repo)] + env.get("PYTHONPATH", "").split(os.pathsep)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     out = subprocess.run(
         [sys.executable, "-c", _CHILD.format(name=name)], env=env, capture_output=True, text=True,
         cwd=cache_dir,  # not the current directory: PYTHONPATH decides the code
     )
     if out.returncode != 0:
         tail = " | ".join(out.stderr.strip().splitlines()[-3:])
-        return {"import": float("nan"), "first_fit": float("nan"), "file": "", "error": tail}
+        return {"import": float("nan"), "first_fit": float("nan"), "wall": float("nan"), "file": "",
+                "error": tail}
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def measure(name, repo, warm):
+    """(cold, warm or None): each a fresh process, the cold one on an empty cache."""
+    with tempfile.TemporaryDirectory(prefix="numba-cold-") as cache_dir:
+        cold = run_child(name, cache_dir, repo)
+        return cold, (run_child(name, cache_dir, repo) if warm else None)
+
+
+def _median(runs, key):
+    return float(statistics.median(r[key] for r in runs))
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--names", nargs="*", help="mechanism names (default: all registered)")
     parser.add_argument("--warm", action="store_true", help="also time a second process, warm cache")
+    parser.add_argument("--repo", nargs="*", default=[None],
+                        help="checkouts to measure side by side")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="fresh processes per measurement (median)")
     args = parser.parse_args()
     if args.names:
         names = args.names
@@ -62,26 +90,37 @@ def main():
         from skdp_label.mechanisms import mechanism_names
 
         names = list(mechanism_names())
-    print(f"{os.getloadavg()[0]:.2f} load average (1 min) at start; one numba thread per process")
-    header = f"{'mechanism':<28}{'import (s)':>12}{'first fit, cold (s)':>22}"
+    repos = args.repo or [None]
+    print(f"{os.getloadavg()[0]:.2f} load average (1 min) at start; one numba thread per process; "
+          f"median of {args.repeats}; CPU seconds (wall in brackets)")
+    labels = [os.path.basename(os.path.abspath(r)) if r else "PYTHONPATH" for r in repos]
+    header = f"{'mechanism':<26}{'checkout':<14}{'import':>8}{'first fit, cold':>24}"
     if args.warm:
-        header += f"{'first fit, warm (s)':>22}"
+        header += f"{'first fit, warm':>18}"
     print(header)
-    worst, code = 0.0, "?"
+    worst = dict.fromkeys(labels, 0.0)
     for name in names:
-        with tempfile.TemporaryDirectory(prefix="numba-cold-") as cache_dir:
-            cold = run_child(name, cache_dir)
-            line = f"{name:<28}{cold['import']:>12.2f}{cold['first_fit']:>22.2f}"
+        runs = {label: ([], []) for label in labels}
+        for _ in range(args.repeats):
+            for repo, label in zip(repos, labels):  # alternate: the load drifts
+                cold, warm = measure(name, repo, args.warm)
+                runs[label][0].append(cold)
+                if warm is not None:
+                    runs[label][1].append(warm)
+        for label in labels:
+            colds, warms = runs[label]
+            errors = [r["error"] for r in colds if "error" in r]
+            line = (f"{name:<26}{label:<14}{_median(colds, 'import'):>8.2f}"
+                    f"{_median(colds, 'first_fit'):>14.2f} ({_median(colds, 'wall'):>6.2f})")
             if args.warm:
-                warm = run_child(name, cache_dir)
-                line += f"{warm['first_fit']:>22.2f}"
-        if "error" in cold:
-            line += f"  failed: {cold['error']}"
-        else:
-            worst = max(worst, cold["first_fit"])
-            code = os.path.dirname(cold["file"])
-        print(line, flush=True)
-    print(f"slowest cold first fit: {worst:.2f} s; code from {code}")
+                line += f"{_median(warms, 'first_fit'):>18.2f}"
+            if errors:
+                line += f"  failed: {errors[0]}"
+            else:
+                worst[label] = max(worst[label], _median(colds, "first_fit"))
+            print(line, flush=True)
+    for label in labels:
+        print(f"slowest cold first fit ({label}): {worst[label]:.2f} s CPU")
     print(f"{os.getloadavg()[0]:.2f} load average (1 min) at end")
 
 

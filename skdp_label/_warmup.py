@@ -1,7 +1,7 @@
 """``skdp-label warmup``: compile the numba kernels once, ahead of the first fit.
 
 Every sampler and solver kernel is compiled with ``cache=True``: the first
-process that uses a kernel compiles it (up to ~10 s for the first fit of a
+process that uses a kernel compiles it (up to ~6 s for the first fit of a
 mechanism on a fresh install) and writes the machine code next to the module
 (or to ``NUMBA_CACHE_DIR``); later processes load it in milliseconds. Warming
 up fits each mechanism on a small *public* synthetic column (no real labels,

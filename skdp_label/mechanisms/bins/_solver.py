@@ -56,6 +56,8 @@ import math
 
 import numba
 import numpy as np
+from numba import types
+from numba.extending import overload
 
 __all__ = ["optimal_bins", "solve_support", "BinSolution", "LOSS_CODES", "expected_loss"]
 
@@ -216,112 +218,107 @@ def _abs_value_at(j, r, i, lam, P, Z1, z, Fv):
 # --------------------------------------------------------------------------
 # the penalised partition DP (inner step of Dinkelbach)
 # --------------------------------------------------------------------------
-@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _cost(code, r, i, j, lam, P, Z1, Z2, z, Fv, par, cmat):
-    """(cost of bin [r, i), updated median pointer)."""
-    if code == 0:
-        return _cost_squared(r, i, lam, P, Z1, Z2, par), j
-    if code == 1:
-        j = _abs_median(r, i, j, lam, P)
-        return _abs_value_at(j, r, i, lam, P, Z1, z, Fv), j
-    if code == 2:
-        return _cost_poisson(r, i, lam, P, Z1, Z2, par), j
-    return cmat[r, i], j
+    """(cost of bin [r, i), updated median pointer) for the loss ``code``
+    (numba only, with ``code`` a compile-time constant)."""
+    raise NotImplementedError("_cost is only callable from numba-compiled kernels")
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _penalized_partition(code, t, lam, P, Z1, Z2, z, Fv, par, cmat, prune, pos, prev):
-    """min over partitions of sum (c(S) - t); fills ``prev`` (bin starts).
+@overload(_cost, inline="always", prefer_literal=True)
+def _cost_overload(code, r, i, j, lam, P, Z1, Z2, z, Fv, par, cmat):
+    # Resolved while typing, from the literal ``code``: a kernel types and
+    # compiles only its own loss's cost (a runtime dispatch compiled all four
+    # into every kernel: two thirds of RR-on-Bins' cold start).
+    if not isinstance(code, types.IntegerLiteral):
+        return None
+    loss = code.literal_value
+    if loss == 0:
+        def impl(code, r, i, j, lam, P, Z1, Z2, z, Fv, par, cmat):
+            return _cost_squared(r, i, lam, P, Z1, Z2, par), j
+    elif loss == 1:
+        def impl(code, r, i, j, lam, P, Z1, Z2, z, Fv, par, cmat):
+            j = _abs_median(r, i, j, lam, P)
+            return _abs_value_at(j, r, i, lam, P, Z1, z, Fv), j
+    elif loss == 2:
+        def impl(code, r, i, j, lam, P, Z1, Z2, z, Fv, par, cmat):
+            return _cost_poisson(r, i, lam, P, Z1, Z2, par), j
+    else:
+        def impl(code, r, i, j, lam, P, Z1, Z2, z, Fv, par, cmat):
+            return cmat[r, i], j
+    return impl
 
-    Bins may start and end only at the label positions ``pos`` (increasing,
-    from 0 to K): ``pos = arange(K + 1)`` is the exact problem, a subset a
-    coarse one. ``prev[a]`` is the index in ``pos`` where the last bin of the
-    best partition of ``[0, pos[a])`` starts.
 
-    Returns the minimum. ``prune`` may be used only when c grows with the bin.
-    Inlined into one kernel per loss (below) with ``code`` a constant, so that
-    the loss dispatch disappears from the inner loop (a runtime branch there
+def _loss_kernels(code):
+    """(dynamic program, partition cost and bin values) of the loss ``code``.
+
+    ``code`` is a constant of the closures (their numba cache key includes
+    it): each loss's kernels compile on the first fit that uses that loss,
+    with no branch on the loss inside the loops (a runtime branch in the DP
     makes it 20 times slower).
     """
-    G = pos.shape[0] - 1
-    E = np.empty(G + 1)
-    pmin = np.empty(G + 1)  # pmin[b] = min(E[0..b])
-    E[0] = 0.0
-    pmin[0] = 0.0
-    j = 0
-    for a in range(1, G + 1):
-        i = pos[a]
-        best = np.inf
-        arg = a - 1
-        for b in range(a - 1, -1, -1):
-            c, j = _cost(code, pos[b], i, j, lam, P, Z1, Z2, z, Fv, par, cmat)
-            val = E[b] + c - t
-            if val < best:
-                best = val
-                arg = b
-            if prune and b > 0 and pmin[b - 1] + c - t >= best:
-                break
-        E[a] = best
-        prev[a] = arg
-        pmin[a] = best if best < pmin[a - 1] else pmin[a - 1]
-    return E[G]
+
+    @numba.njit(cache=True, nogil=True, error_model="numpy")
+    def penalized_partition(t, lam, P, Z1, Z2, z, Fv, par, cmat, prune, pos, prev):
+        """min over partitions of sum (c(S) - t); fills ``prev`` (bin starts).
+
+        Bins may start and end only at the label positions ``pos`` (increasing,
+        from 0 to K): ``pos = arange(K + 1)`` is the exact problem, a subset a
+        coarse one. ``prev[a]`` is the index in ``pos`` where the last bin of the
+        best partition of ``[0, pos[a])`` starts.
+
+        Returns the minimum. ``prune`` may be used only when c grows with the bin.
+        """
+        G = pos.shape[0] - 1
+        E = np.empty(G + 1)
+        pmin = np.empty(G + 1)  # pmin[b] = min(E[0..b])
+        E[0] = 0.0
+        pmin[0] = 0.0
+        j = 0
+        for a in range(1, G + 1):
+            i = pos[a]
+            best = np.inf
+            arg = a - 1
+            for b in range(a - 1, -1, -1):
+                c, j = _cost(code, pos[b], i, j, lam, P, Z1, Z2, z, Fv, par, cmat)
+                val = E[b] + c - t
+                if val < best:
+                    best = val
+                    arg = b
+                if prune and b > 0 and pmin[b - 1] + c - t >= best:
+                    break
+            E[a] = best
+            prev[a] = arg
+            pmin[a] = best if best < pmin[a - 1] else pmin[a - 1]
+        return E[G]
+
+    @numba.njit(cache=True, nogil=True, error_model="numpy")
+    def partition_cost(starts, lam, P, Z1, Z2, z, Fv, par, cmat, centre_values, values):
+        """Sum of the bin costs of the partition with bin starts ``starts``;
+        fills ``values`` with each bin's optimal value: the weighted mean
+        (squared, Poisson) or weighted median (absolute) under weights
+        p_t (1 + lam [t in bin]). One kernel for both: a compiled function
+        costs a fixed share of a cold start."""
+        K = P.shape[0] - 1
+        total = 0.0
+        j = 0
+        for b in range(starts.shape[0]):
+            r = starts[b]
+            i = starts[b + 1] if b + 1 < starts.shape[0] else K
+            c, j = _cost(code, r, i, j, lam, P, Z1, Z2, z, Fv, par, cmat)
+            total += c
+            if code == 1:
+                values[b] = centre_values[j]  # the median _cost has just found
+            else:
+                w = P[i] - P[r]
+                s1 = Z1[i] - Z1[r]
+                values[b] = par[3] + (par[0] * par[1] + lam * s1) / (par[0] + lam * w)
+        return total
+
+    return penalized_partition, partition_cost
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _dp_squared(t, lam, P, Z1, Z2, z, Fv, par, cmat, prune, pos, prev):
-    return _penalized_partition(0, t, lam, P, Z1, Z2, z, Fv, par, cmat, prune, pos, prev)
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _dp_absolute(t, lam, P, Z1, Z2, z, Fv, par, cmat, prune, pos, prev):
-    return _penalized_partition(1, t, lam, P, Z1, Z2, z, Fv, par, cmat, prune, pos, prev)
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _dp_poisson(t, lam, P, Z1, Z2, z, Fv, par, cmat, prune, pos, prev):
-    return _penalized_partition(2, t, lam, P, Z1, Z2, z, Fv, par, cmat, prune, pos, prev)
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _dp_matrix(t, lam, P, Z1, Z2, z, Fv, par, cmat, prune, pos, prev):
-    return _penalized_partition(3, t, lam, P, Z1, Z2, z, Fv, par, cmat, prune, pos, prev)
-
-
-_DP_KERNELS = (_dp_squared, _dp_absolute, _dp_poisson, _dp_matrix)
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _partition_cost(code, starts, lam, P, Z1, Z2, z, Fv, par, cmat):
-    """Sum of the bin costs of the partition with bin starts ``starts``."""
-    K = P.shape[0] - 1
-    total = 0.0
-    j = 0
-    for b in range(starts.shape[0]):
-        r = starts[b]
-        i = starts[b + 1] if b + 1 < starts.shape[0] else K
-        c, j = _cost(code, r, i, j, lam, P, Z1, Z2, z, Fv, par, cmat)
-        total += c
-    return total
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _bin_values(code, starts, lam, P, Z1, z, par, centre_values):
-    """Optimal value of each bin: the weighted mean (squared, Poisson) or
-    weighted median (absolute) under weights p_t (1 + lam [t in bin])."""
-    K = P.shape[0] - 1
-    out = np.empty(starts.shape[0])
-    j = 0
-    for b in range(starts.shape[0]):
-        r = starts[b]
-        i = starts[b + 1] if b + 1 < starts.shape[0] else K
-        if code == 1:
-            j = _abs_median(r, i, j, lam, P)
-            out[b] = centre_values[j]
-        else:
-            w = P[i] - P[r]
-            s1 = Z1[i] - Z1[r]
-            out[b] = par[3] + (par[0] * par[1] + lam * s1) / (par[0] + lam * w)
-    return out
+# Created at import, compiled on first use (per loss).
+_LOSS_KERNELS = tuple(_loss_kernels(code) for code in (0, 1, 2, _GENERIC))
 
 
 def _starts_from_prev(prev):
@@ -492,9 +489,12 @@ def solve_support(ys, ps, epsilon, loss="squared", coarse=512):
         cmat = np.zeros((0, 0))
     args = prob.args(lam, cmat)
     prune = code != _GENERIC
+    penalized_partition, partition_cost = _LOSS_KERNELS[code]
 
-    def ratio_of(starts):
-        return _partition_cost(code, starts, *args) / (lam + starts.shape[0])
+    def ratio_of(starts, values=None):
+        if values is None:
+            values = np.empty(starts.shape[0])
+        return partition_cost(starts, *args, ys, values) / (lam + starts.shape[0])
 
     # Start from the better of one bin and one bin per label.
     candidates = [np.zeros(1, dtype=np.int64), np.arange(K, dtype=np.int64)]
@@ -508,7 +508,7 @@ def solve_support(ys, ps, epsilon, loss="squared", coarse=512):
         prev = np.zeros(pos.shape[0], dtype=np.int64)
         for _ in range(_MAX_ITER):
             state[2] += 1
-            _DP_KERNELS[code](state[1], *args, prune, pos, prev)
+            penalized_partition(state[1], *args, prune, pos, prev)
             new_starts = pos[_starts_from_prev(prev)]
             new_t = ratio_of(new_starts)
             if math.isnan(new_t):
@@ -525,7 +525,8 @@ def solve_support(ys, ps, epsilon, loss="squared", coarse=512):
         ends = np.append(starts[1:], K)
         values = vmat[starts, ends]
     else:
-        values = _bin_values(code, starts, lam, prob.P, prob.Z1, prob.z, prob.par, ys)
+        values = np.empty(starts.shape[0])
+        ratio_of(starts, values)
     return BinSolution(starts, values, float(t), n_iter)
 
 
