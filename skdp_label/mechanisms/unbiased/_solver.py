@@ -617,33 +617,43 @@ def staircase_lower_bound(y, p, e, u, w, *, return_pattern=False):
     a2 = p
     a1 = -(2.0 * p * y + w)
     a0 = p * y * y - u
-    roots = []
+    # Each input's reduced cost f_i(z) = a2 z^2 + a1 z + a0 is negative on
+    # one interval (lo_i, hi_i) (possibly empty or unbounded): between the
+    # roots of a quadratic, on one side of a linear one's root.
     quad = a2 > 0
     disc = a1 * a1 - 4.0 * a2 * a0
     ok = quad & (disc > 0)
     sq = np.sqrt(np.where(ok, disc, 0.0))
-    roots.append(((-a1 - sq) / (2.0 * np.where(quad, a2, 1.0)))[ok])
-    roots.append(((-a1 + sq) / (2.0 * np.where(quad, a2, 1.0)))[ok])
+    den = 2.0 * np.where(quad, a2, 1.0)
     lin = (~quad) & (a1 != 0)
-    roots.append((-a0 / np.where(lin, a1, 1.0))[lin])
-    bps = np.unique(np.concatenate(roots))
-    # A point inside every piece, plus the vertices of each piece's quadratic.
-    if bps.size:
-        width = max(1.0, float(bps[-1] - bps[0]))
-        probes = np.concatenate(
-            [[bps[0] - width], (bps[:-1] + bps[1:]) / 2.0, [bps[-1] + width]]
-        )
-        lows = np.concatenate([[-np.inf], bps])
-        highs = np.concatenate([bps, [np.inf]])
-    else:
-        probes = np.zeros(1)
-        lows, highs = np.array([-np.inf]), np.array([np.inf])
-    f = a2[None, :] * probes[:, None] ** 2 + a1[None, :] * probes[:, None] + a0[None, :]
-    weights = 1.0 + e * (f < 0)
-    qa = weights @ a2
-    qb = weights @ a1
-    zs = np.clip(-qb / (2.0 * qa), lows, highs)
-    cand = np.concatenate([zs, bps])
+    root = -a0 / np.where(lin, a1, 1.0)
+    lo = np.where(ok, (-a1 - sq) / den, np.where(lin & (a1 < 0), root, -np.inf))
+    hi = np.where(ok, (-a1 + sq) / den, np.where(lin & (a1 > 0), root, np.inf))
+    ever = ok | lin | ((~quad) & (a1 == 0) & (a0 < 0))
+    bps = np.unique(np.concatenate([lo[ever & np.isfinite(lo)], hi[ever & np.isfinite(hi)]]))
+    lows = np.concatenate([[-np.inf], bps])
+    highs = np.concatenate([bps, [np.inf]])
+    # Sweep over the pieces between consecutive roots: on each, the set of
+    # negative inputs is fixed and the reduced cost is one quadratic whose
+    # coefficients are prefix sums over the inputs entering and leaving.
+    first = np.searchsorted(bps, lo[ever], side="left") + np.isfinite(lo[ever])
+    last = np.where(np.isfinite(hi[ever]), np.searchsorted(bps, hi[ever], side="left"), bps.size)
+    coef = np.stack([a2[ever], a1[ever], a0[ever]], axis=1)
+    acc = np.zeros((bps.size + 2, 3))
+    np.add.at(acc, first, coef)
+    np.add.at(acc, last + 1, -coef)
+    neg = np.cumsum(acc, axis=0)[: bps.size + 1]
+    qa, qb, qc = (np.array([a2.sum(), a1.sum(), a0.sum()])[None, :] + e * neg).T
+    with np.errstate(divide="ignore", invalid="ignore"):
+        vertex = np.where(qa > 0, -qb / (2.0 * qa), np.where(qb > 0, -np.inf, np.inf))
+    zs = np.clip(vertex, lows, highs)
+    zs = np.where(np.isfinite(zs), zs, np.where(np.isfinite(lows), lows, highs))
+    zs = np.where(np.isfinite(zs), zs, 0.0)  # no root at all: one piece
+    approx = qa * zs * zs + qb * zs + qc
+    # The best pieces by the swept coefficients, re-evaluated input by input
+    # (the sums cancel at large |z|); the bound uses the direct values.
+    top = np.argsort(approx)[:8]
+    cand = zs[top]
     f = a2[None, :] * cand[:, None] ** 2 + a1[None, :] * cand[:, None] + a0[None, :]
     rc = f.sum(axis=1) + e * np.minimum(f, 0.0).sum(axis=1)
     best = int(np.argmin(rc))
