@@ -206,6 +206,11 @@ class _Patterns:
         return r, m
 
 
+# Up to this size, linear systems of the polish and the repair are solved
+# densely (LAPACK): faster than a sparse factorisation for small problems.
+_DENSE_MAX = 600
+
+
 def _sparse_lu(mat, **options):
     """SuperLU factorisation of a sparse square matrix; RuntimeError if it
     is singular to rounding (SuperLU's own solve must never see a zero
@@ -752,18 +757,26 @@ def _kkt_polish(y, p, e, cover, t, u, w, *, max_iter=10):
     """
     k, m = cover.shape
     rp = _RayProducts(cover, e)
-    v, vt = rp.v, rp.vt
+    small = m + 2 * k <= _DENSE_MAX
+    v, vt = (rp.v.toarray(), None) if small else (rp.v, rp.vt)
     alpha, beta, gamma = rp.tdot(p), rp.tdot(p * y), rp.tdot(p * y * y)
     res, z = _kkt_residual(y, rp, alpha, beta, gamma, t, u, w)
     size = float(np.abs(res).max())
     for _ in range(max_iter):
         if not np.isfinite(size) or size < 1e-15 * (1.0 + float(np.abs(z).max()) ** 2):
             break
-        jac = sparse.bmat([
-            [v, None, None],
-            [v @ sparse.diags(z), None, v @ sparse.diags(t / (2.0 * alpha)) @ vt],
-            [None, -vt, -(sparse.diags(z) @ vt)],
-        ], format="csc")
+        if small:  # dense blocks: scipy.sparse's overhead dominates here
+            jac = np.block([
+                [v, np.zeros((k, 2 * k))],
+                [v * z, np.zeros((k, k)), (v * (t / (2.0 * alpha))) @ v.T],
+                [np.zeros((m, m)), -v.T, -(z[:, None] * v.T)],
+            ])
+        else:
+            jac = sparse.bmat([
+                [v, None, None],
+                [v @ sparse.diags(z), None, v @ sparse.diags(t / (2.0 * alpha)) @ vt],
+                [None, -vt, -(sparse.diags(z) @ vt)],
+            ], format="csc")
         rhs = -np.concatenate([_difference(res[:k]), _difference(res[k : 2 * k]), res[2 * k :]])
         new = None
         zmax = 1.0 + float(np.abs(z).max())
@@ -772,10 +785,13 @@ def _kkt_polish(y, p, e, cover, t, u, w, *, max_iter=10):
             if not exact and (near_floor or m + 2 * k > 3000):
                 break  # only rounding is left, or too large for a dense retry
             try:
-                if exact:
+                if exact and small:
+                    step = np.linalg.solve(jac, rhs)
+                elif exact:
                     step = _sparse_lu(jac).solve(rhs)
                 else:
-                    step = lstsq(jac.toarray(), rhs, cond=1e-12, lapack_driver="gelsy")[0]
+                    dense = jac if small else jac.toarray()
+                    step = lstsq(dense, rhs, cond=1e-12, lapack_driver="gelsy")[0]
             except (np.linalg.LinAlgError, ValueError, RuntimeError):
                 continue
             cand = (t + step[:m], u + _difference_t(step[m : m + k]),
@@ -831,6 +847,8 @@ def _min_norm_repair(cover, e, y, t, s):
     entries (``V / (1 + e)``) the matrix is of order 1 at any epsilon.
     Falls back to dense least squares when ``V V^T`` is singular.
     """
+    if cover.shape[1] <= _DENSE_MAX:
+        return _min_norm_repair_dense(1.0 + e * cover, y, t, s)
     rp = _RayProducts(cover, e)
     unit = rp.v / (1.0 + e)
     try:
