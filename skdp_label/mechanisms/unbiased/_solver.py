@@ -27,6 +27,14 @@ Structure used here
   ``d_j a_j a_j^T`` are 2-D prefix sums, so a step costs ``O(k^2)`` plus a
   ``2k x 2k`` Cholesky factorisation (ridge-stabilised when the matrix is
   singular to rounding error, as it becomes on degenerate problems).
+* The optimal patterns form a monotone path of about ``2k`` intervals.
+  Above ``_FULL_PATTERNS_MAX`` labels the interior point runs on a working
+  set: the support of the problem with neighbouring labels merged
+  (recursively), widened by one label at each end, then column generation
+  (all intervals priced under the duals, violated ones added). With the
+  rows differenced an interval ray has three non-zero entries, so the
+  Newton matrix of a working set is sparse (SuperLU), and so are the
+  polish and the repair below.
 * The patterns with ``t_j >> r_j`` are the optimal ones; Newton's method on
   the optimality conditions restricted to them (weights, duals, outputs
   ``z_j = argmin_z`` of each pattern's reduced cost) then converges to
@@ -50,7 +58,8 @@ Structure used here
   because the ray weights sum to at most 1. The minimum over all subsets
   ``S`` and real ``z`` is exact: for fixed ``z`` the best ``S`` is the set of
   inputs with negative per-input reduced cost, and between consecutive
-  roots of those quadratics the reduced cost is one quadratic in ``z``.
+  roots of those quadratics the reduced cost is one quadratic in ``z``
+  (a sweep over the sorted roots, ``O(k log k)``).
   ``lower_bound`` reports it, so optimality is checked, not assumed.
 
 Exactness of the returned mechanism: columns are exact rays ``t_j a_j``
