@@ -28,6 +28,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -114,11 +115,12 @@ def grid_lp(y, p, eps, n):
 
 _OLD_SNIPPET = """
 import json, sys, time, numpy as np
-sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
-from bench_unbiased_scaling import PRIORS
+sys.path.insert(0, sys.argv[1])  # the other checkout's package, nothing of this one
+import skdp_label
+assert skdp_label.__file__.startswith(sys.argv[1]), skdp_label.__file__
 from skdp_label.mechanisms.unbiased._solver import mechanism_loss, optimal_unbiased_continuous
-name, k, eps = sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
-y, p = PRIORS[name](k)
+data = np.load(sys.argv[2])
+y, p, eps = data["y"], data["p"], float(data["eps"])
 t0, c0 = time.perf_counter(), time.process_time()
 try:
     outputs, matrix, lower = optimal_unbiased_continuous(y, p, eps)
@@ -129,12 +131,20 @@ print(json.dumps([time.perf_counter() - t0, time.process_time() - c0, loss]))
 """
 
 
-def old_solver_time(old_root, name, k, eps, timeout):
+def old_solver_time(old_root, y, p, eps, timeout):
     """CPU time and loss of the solver in another checkout, in a fresh
-    one-thread process (run after ours: the loss ratio old / ours)."""
+    one-thread process that imports only that checkout (the prior is
+    passed in a file)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    args = [sys.executable, "-c", _OLD_SNIPPET, old_root, str(Path(__file__).parent), name, str(k),
-            str(eps)]
+    env.pop("PYTHONPATH", None)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "prior.npz")
+        np.savez(path, y=y, p=p, eps=eps)
+        args = [sys.executable, "-c", _OLD_SNIPPET, old_root, path]
+        return _run_old(args, env, timeout)
+
+
+def _run_old(args, env, timeout):
     try:
         out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout)
         _, cpu, loss = json.loads(out.stdout.strip().splitlines()[-1])
@@ -183,7 +193,7 @@ def main():
                 else:
                     row += f"{'':>12}{'':>14}"
                 if args.old and k <= args.old_max:
-                    old_cpu, old_loss = old_solver_time(args.old, name, k, eps, args.timeout)
+                    old_cpu, old_loss = old_solver_time(args.old, y, p, eps, args.timeout)
                     old_cpu = f"{old_cpu:.2f}" if isinstance(old_cpu, float) else old_cpu
                     ratio = f"{old_loss / loss:.10f}" if old_loss else "-"
                     row += f"{old_cpu:>10}{ratio:>15}"

@@ -21,11 +21,10 @@ from skdp_label.mechanisms.unbiased._solver import (
     _Patterns,
     _violated_intervals,
     check_exact_mechanism,
-    debiased_rr_outputs,
     mechanism_loss,
     optimal_unbiased_continuous,
 )
-from test_unbiased import _irregular_prior, _rr_matrix, random_prior, reference_grid_lp
+from test_unbiased import _irregular_prior, _solve_and_check, random_prior, reference_grid_lp
 
 
 def _solve(y, p, eps):
@@ -73,17 +72,12 @@ def test_working_set_beats_grid_lp(k, eps, seed, working_set):
 def test_many_irregular_priors_on_the_working_set(working_set):
     # The irregular-prior sweep of test_unbiased (its first 40 priors, for
     # time) on the working-set path: exact, never worse than debiased RR,
-    # valid bound, >= 90 % certified.
+    # valid bound (_solve_and_check), >= 90 % certified.
     rng = np.random.default_rng(2026)
     certified, n = 0, 40
     for _ in range(n):
         y, p = _irregular_prior(rng, int(rng.integers(3, 10)))
-        eps = float(rng.choice([0.05, 0.3, 1.0, 3.0, 8.0]))
-        loss, lower = _solve(y, p, eps)
-        rr = mechanism_loss(y, p, debiased_rr_outputs(y, eps), _rr_matrix(y.size, eps))
-        scale = float(p @ (y - p @ y) ** 2) + 1e-300
-        assert lower <= loss * (1 + 1e-12) + 1e-9 * scale
-        assert loss <= rr * (1 + 1e-9) + 1e-12 * scale
+        loss, lower = _solve_and_check(y, p, float(rng.choice([0.05, 0.3, 1.0, 3.0, 8.0])))
         certified += loss - lower <= 1e-6 * loss
     assert certified >= 0.9 * n
 
@@ -127,30 +121,31 @@ def test_pricing_finds_every_violated_interval():
     assert all(red[l, r] < threshold for l, r in got)
 
 
-def test_column_generation_recovers_from_a_poor_working_set(monkeypatch):
-    # Mutation of the coarse-to-fine start: only the singleton rays (debiased
-    # RR's support). Column generation must still reach the optimum.
+def _poor_start(monkeypatch):
+    """A prior solved on the full patterns, then the working-set path forced
+    with a mutated coarse-to-fine start: only the singleton rays (debiased
+    RR's support)."""
     rng = np.random.default_rng(11)
     y, p = random_prior(rng, 30)
     loss_all, _ = _solve(y, p, 1.0)
     monkeypatch.setattr(_solver, "_FULL_PATTERNS_MAX", 2)
     monkeypatch.setattr(_solver, "_initial_rays",
                         lambda y, p, e, **kw: (np.arange(y.size), np.arange(y.size)))
+    return y, p, loss_all
+
+
+def test_column_generation_recovers_from_a_poor_working_set(monkeypatch):
+    y, p, loss_all = _poor_start(monkeypatch)
     loss, lower = _solve(y, p, 1.0)
     assert loss == pytest.approx(loss_all, rel=2e-9)
     assert loss - lower <= 1e-9 * loss
 
 
-def test_without_column_generation_the_gap_shows(monkeypatch):
+def test_without_column_generation_the_bound_stays_valid(monkeypatch):
     # The same poor start with pricing disabled (a broken solver): the
-    # certificate (exact pricing over all staircase patterns) must not
-    # close, and the result must stay exact and no better than the optimum.
-    rng = np.random.default_rng(11)
-    y, p = random_prior(rng, 30)
-    loss_all, _ = _solve(y, p, 1.0)
-    monkeypatch.setattr(_solver, "_FULL_PATTERNS_MAX", 2)
-    monkeypatch.setattr(_solver, "_initial_rays",
-                        lambda y, p, e, **kw: (np.arange(y.size), np.arange(y.size)))
+    # certificate (exact pricing over all staircase patterns) must stay a
+    # valid bound, and the result exact and no better than the optimum.
+    y, p, loss_all = _poor_start(monkeypatch)
     monkeypatch.setattr(_solver, "_violated_intervals",
                         lambda y, *a, **kw: (np.zeros(0, int), np.zeros(0, int), 0.0))
     loss, lower = _solve(y, p, 1.0)

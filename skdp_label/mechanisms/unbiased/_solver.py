@@ -367,7 +367,7 @@ def _ridge_cholesky(hess):
 
 # Above this many labels the interior point runs on a working set of rays
 # (coarse-to-fine start, column generation) instead of all k (k + 1) / 2.
-_FULL_PATTERNS_MAX = 80
+_FULL_PATTERNS_MAX = 150
 
 
 def _cold_start(y, p, e, pat):
