@@ -1190,14 +1190,15 @@ def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-
         best, bound = _fallback_rays(yn, p, e, state, best, bound, slack, gap_tol)
     _, t, z, cover = best
     lower = bound
-    a = 1.0 + e * cover
     # Exact rebuild: columns are the staircase rays t_j a_j; a minimum-norm
     # correction of (t, s = t z) removes the last rounding residuals.
     t_fix, s_fix = _min_norm_repair(cover, e, yn, t, t * z)
     if np.all(t_fix > 0):
         t, z = t_fix, s_fix / t_fix
     order = np.argsort(z)
-    z, t, a = z[order], t[order], a[:, order]
-    matrix = a * t[None, :]
+    z, t, cover = z[order], t[order], cover[:, order]
+    # Column j is t_j a_j = t_j (1 + e 1_S): (1 + e) t_j on S, t_j elsewhere
+    # (the same floats, without a dense k x m ray matrix besides it).
+    matrix = np.where(cover, (1.0 + e) * t[None, :], t[None, :])
     outputs = center + half * z
     return outputs, matrix, lower * half * half
