@@ -164,6 +164,7 @@ def main():
     parser.add_argument("--old-max", type=int, default=1000)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--sweep", type=int, default=200, help="random irregular priors")
+    parser.add_argument("--priors", nargs="+", default=list(PRIORS), choices=list(PRIORS))
     args = parser.parse_args()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"load average {load} on {os.cpu_count()} cores (shared machine: compare ratios)")
@@ -176,7 +177,8 @@ def main():
         head += f"{'old cpu':>10}{'old loss/ours':>15}" if args.old else ""
         print(head)
         fits = {}
-        for name, make in PRIORS.items():
+        for name in args.priors:
+            make = PRIORS[name]
             for k in args.sizes:
                 y, p = make(k)
                 try:
