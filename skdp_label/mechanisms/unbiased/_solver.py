@@ -998,9 +998,15 @@ def _lp_support_solution(y, p, e, u, w, ls, rs, t_all, r, m):
 
 
 def _ray_loss(y, p, e, cover, t, z):
-    """Loss of the mechanism with columns ``t_j (1 + e 1_{S_j})`` at ``z_j``."""
-    a = 1.0 + e * cover
-    return float(p @ ((a * t[None, :]) * (z[None, :] - y[:, None]) ** 2).sum(axis=1))
+    """Loss of the mechanism with columns ``t_j (1 + e 1_{S_j})`` at ``z_j``
+    (in blocks of columns: no dense k x m temporaries for large k)."""
+    total = np.zeros(y.size)
+    step = max(1, (1 << 20) // max(1, y.size))
+    for j in range(0, t.size, step):
+        cols = slice(j, j + step)
+        a = 1.0 + e * cover[:, cols]
+        total += ((a * t[None, cols]) * (z[None, cols] - y[:, None]) ** 2).sum(axis=1)
+    return float(p @ total)
 
 
 def _best_output(y, p, e, pattern, w):
