@@ -15,6 +15,9 @@ masses, heavy tails, sparse supports; epsilon 0.05 to 30) and reports how
 many certify, how many need the LP fallback and the times. The machine's
 load average is printed: on a shared machine compare ratios, not seconds.
 
+Times: wall clock and CPU (``time.process_time``, the figure to compare on a
+shared machine); the growth exponent is fitted to the CPU times.
+
 Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_unbiased_scaling.py``
 (``--sizes 50 200 1000`` to choose k, ``--sweep 0`` to skip the sweep).
 """
@@ -25,6 +28,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -92,12 +96,13 @@ def irregular_prior(rng, k):
 
 
 def solve(y, p, eps):
-    t0 = time.perf_counter()
+    """Wall time, CPU time (``time.process_time``), loss and relative gap."""
+    t0, c0 = time.perf_counter(), time.process_time()
     outputs, matrix, lower = optimal_unbiased_continuous(y, p, eps)
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     check_exact_mechanism(y, outputs, matrix, eps)
     loss = mechanism_loss(y, p, outputs, matrix)
-    return elapsed, loss, (loss - lower) / loss
+    return elapsed, cpu, loss, (loss - lower) / loss
 
 
 def grid_lp(y, p, eps, n):
@@ -110,33 +115,44 @@ def grid_lp(y, p, eps, n):
 
 _OLD_SNIPPET = """
 import json, sys, time, numpy as np
-sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
-from bench_unbiased_scaling import PRIORS
-from skdp_label.mechanisms.unbiased._solver import optimal_unbiased_continuous
-name, k, eps = sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
-y, p = PRIORS[name](k)
-t0 = time.perf_counter()
+sys.path.insert(0, sys.argv[1])  # the other checkout's package, nothing of this one
+import skdp_label
+assert skdp_label.__file__.startswith(sys.argv[1]), skdp_label.__file__
+from skdp_label.mechanisms.unbiased._solver import mechanism_loss, optimal_unbiased_continuous
+data = np.load(sys.argv[2])
+y, p, eps = data["y"], data["p"], float(data["eps"])
+t0, c0 = time.perf_counter(), time.process_time()
 try:
-    optimal_unbiased_continuous(y, p, eps); ok = True
+    outputs, matrix, lower = optimal_unbiased_continuous(y, p, eps)
+    loss = mechanism_loss(y, p, outputs, matrix)
 except RuntimeError:
-    ok = False
-print(json.dumps([time.perf_counter() - t0, ok]))
+    loss = None
+print(json.dumps([time.perf_counter() - t0, time.process_time() - c0, loss]))
 """
 
 
-def old_solver_time(old_root, name, k, eps, timeout):
-    """Time of the solver in another checkout, in a fresh one-thread process."""
+def old_solver_time(old_root, y, p, eps, timeout):
+    """CPU time and loss of the solver in another checkout, in a fresh
+    one-thread process that imports only that checkout (the prior is
+    passed in a file)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    args = [sys.executable, "-c", _OLD_SNIPPET, old_root, str(Path(__file__).parent), name, str(k),
-            str(eps)]
+    env.pop("PYTHONPATH", None)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "prior.npz")
+        np.savez(path, y=y, p=p, eps=eps)
+        args = [sys.executable, "-c", _OLD_SNIPPET, old_root, path]
+        return _run_old(args, env, timeout)
+
+
+def _run_old(args, env, timeout):
     try:
         out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout)
-        elapsed, ok = json.loads(out.stdout.strip().splitlines()[-1])
-        return f"{elapsed:.2f}" + ("" if ok else " (raised)")
+        _, cpu, loss = json.loads(out.stdout.strip().splitlines()[-1])
+        return cpu, loss
     except subprocess.TimeoutExpired:
-        return f">{timeout:.0f}"
+        return f">{timeout:.0f}", None
     except (IndexError, ValueError):
-        return "error"
+        return "error", None
 
 
 def main():
@@ -148,6 +164,7 @@ def main():
     parser.add_argument("--old-max", type=int, default=1000)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--sweep", type=int, default=200, help="random irregular priors")
+    parser.add_argument("--priors", nargs="+", default=list(PRIORS), choices=list(PRIORS))
     args = parser.parse_args()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"load average {load} on {os.cpu_count()} cores (shared machine: compare ratios)")
@@ -155,20 +172,22 @@ def main():
         solve(*uniform(5), 1.0)  # warm-up
         eps = args.epsilon
         print(f"\nepsilon = {eps}; times in s; gap = (loss - certified bound) / loss")
-        head = f"{'prior':<12}{'k':>6}{'time':>9}{'gap':>10}"
+        head = f"{'prior':<12}{'k':>6}{'wall':>9}{'cpu':>9}{'loss':>14}{'gap':>10}"
         head += f"{'grid LP 4k':>12}{'LP loss/ours':>14}"
-        head += f"{'old solver':>14}" if args.old else ""
+        head += f"{'old cpu':>10}{'old loss/ours':>15}" if args.old else ""
         print(head)
         fits = {}
-        for name, make in PRIORS.items():
+        for name in args.priors:
+            make = PRIORS[name]
             for k in args.sizes:
                 y, p = make(k)
                 try:
-                    elapsed, loss, gap = solve(y, p, eps)
-                    row = f"{name:<12}{y.size:>6}{elapsed:>9.2f}{gap:>10.1e}"
-                    fits.setdefault(name, []).append((y.size, elapsed))
+                    elapsed, cpu, loss, gap = solve(y, p, eps)
+                    row = f"{name:<12}{y.size:>6}{elapsed:>9.2f}{cpu:>9.2f}"
+                    row += f"{loss:>14.8g}{gap:>10.1e}"
+                    fits.setdefault(name, []).append((y.size, cpu))
                 except (RuntimeError, MemoryError) as exc:
-                    row = f"{name:<12}{y.size:>6}{'failed':>9}{type(exc).__name__:>10}"
+                    row = f"{name:<12}{y.size:>6}{'failed':>18}{'':>14}{type(exc).__name__:>10}"
                     loss = float("nan")
                 if k <= args.lp_max:
                     t_lp, lp_loss = grid_lp(y, p, eps, 4 * y.size)
@@ -176,9 +195,12 @@ def main():
                 else:
                     row += f"{'':>12}{'':>14}"
                 if args.old and k <= args.old_max:
-                    row += f"{old_solver_time(args.old, name, k, eps, args.timeout):>14}"
+                    old_cpu, old_loss = old_solver_time(args.old, y, p, eps, args.timeout)
+                    old_cpu = f"{old_cpu:.2f}" if isinstance(old_cpu, float) else old_cpu
+                    ratio = f"{old_loss / loss:.10f}" if old_loss else "-"
+                    row += f"{old_cpu:>10}{ratio:>15}"
                 print(row, flush=True)
-        print("\ngrowth exponent of the time in k (least squares on log-log, k >= 200):")
+        print("\ngrowth exponent of the CPU time in k (least squares on log-log, k >= 200):")
         for name, pts in fits.items():
             pts = [(k, t) for k, t in pts if k >= 200]
             if len(pts) >= 2:
@@ -192,8 +214,8 @@ def main():
                 y, p = irregular_prior(rng, int(rng.integers(5, 60)))
                 e = float(rng.choice([0.05, 0.3, 1.0, 3.0, 8.0, 15.0, 22.0, 30.0]))
                 try:
-                    elapsed, _, gap = solve(y, p, e)
-                    times.append(elapsed)
+                    _, cpu, _, gap = solve(y, p, e)
+                    times.append(cpu)
                     gaps.append(gap)
                 except RuntimeError:
                     fails += 1
@@ -201,7 +223,8 @@ def main():
             print(f"\nsweep of {args.sweep} irregular priors (k 5-60, epsilon 0.05-30): "
                   f"{fails} raised, {(gaps <= 1e-6).sum()} certified (gap <= 1e-6), "
                   f"{(gaps > 1e-6).sum()} by the LP fallback (valid bound, larger gap); "
-                  f"time median {np.median(times):.3f} s, 95 % {np.quantile(times, 0.95):.2f} s, "
+                  f"CPU time median {np.median(times):.3f} s, "
+                  f"95 % {np.quantile(times, 0.95):.2f} s, "
                   f"max {max(times):.2f} s")
 
 

@@ -77,9 +77,9 @@ from scipy.linalg import lstsq
 from scipy.optimize import linprog
 
 from ._solver import (
+    _cold_start,
     _Patterns,
     _primal_dual_iterate,
-    debiased_rr_outputs,
     staircase_lower_bound,
 )
 
@@ -170,18 +170,6 @@ def _interior_point(state, c, u, w, t, *, tol, max_iter=200):
     return u, w, t, r
 
 
-def _cold_start(state):
-    """Strictly feasible dual point (``w = 0``, ``u < 0``) and matching weights."""
-    y, p, e, pat = state.y, state.p, state.e, state.patterns
-    k = y.size
-    mask = pat.mask
-    phi = debiased_rr_outputs(y, math.log1p(e))
-    scale = float(p @ ((phi.max() - y) * (y - phi.min()))) + 1e-12
-    u = np.full(k, -scale / k)
-    w = np.zeros(k)
-    r, _ = pat.reduced(u, w)
-    t = np.where(mask, (scale / mask.sum()) / np.where(mask, r, 1.0), 0.0)
-    return u, w, t
 
 
 def _kkt(y, p, c, a, alpha, beta, gamma, t, u, w):
@@ -434,7 +422,7 @@ def _solve_support(y, p, epsilon, c, state, tol, gap_tol):
     best = None  # (objective, t, z, cover) of the best polished solution
     lower = -math.inf  # best certified bound (any duals certify)
     priced = False
-    u, w, t_all = _cold_start(state)
+    u, w, t_all = _cold_start(state.y, state.p, state.e, state.patterns)
     while True:
         u, w, t_all, r = _interior_point(state, c, u, w, t_all, tol=tol)
         # The interior point is dual feasible for every interval pattern:

@@ -1,0 +1,177 @@
+"""The unbiased solver's working-set path (issue 13): coarse-to-fine rays,
+column generation over all intervals, sparse differenced Newton systems.
+
+Above ``_FULL_PATTERNS_MAX`` labels the interior point runs on a working set
+of interval rays instead of all ``k (k + 1) / 2``; here that threshold is
+lowered so that the path is checked at small ``k`` against the all-patterns
+solver, 001's grid LP (HiGHS) and brute-force pricing.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import sparse
+
+from skdp_label.mechanisms.unbiased import _solver
+from skdp_label.mechanisms.unbiased._solver import (
+    _differenced_cover,
+    _min_norm_repair,
+    _min_norm_repair_dense,
+    _Patterns,
+    _violated_intervals,
+    check_exact_mechanism,
+    mechanism_loss,
+    optimal_unbiased_continuous,
+)
+from test_unbiased import _irregular_prior, _solve_and_check, random_prior, reference_grid_lp
+
+
+def _solve(y, p, eps):
+    outputs, matrix, lower = optimal_unbiased_continuous(y, p, eps)
+    check_exact_mechanism(y, outputs, matrix, eps)
+    return mechanism_loss(y, p, outputs, matrix), lower
+
+
+@pytest.fixture
+def working_set(monkeypatch):
+    """Force the working-set path from 3 labels on."""
+    monkeypatch.setattr(_solver, "_FULL_PATTERNS_MAX", 2)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_working_set_matches_all_patterns_within_certified_gap(seed, monkeypatch):
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(10, 40))
+    eps = float(rng.choice([0.3, 1.0, 3.0]))
+    y, p = random_prior(rng, k, zeros=seed % 2 == 1)
+    loss_all, lower_all = _solve(y, p, eps)
+    monkeypatch.setattr(_solver, "_FULL_PATTERNS_MAX", 2)
+    loss_ws, lower_ws = _solve(y, p, eps)
+    # Each bound is valid for every mechanism, hence for the other's too;
+    # both solutions are certified to 1e-9 here, so the losses agree.
+    assert lower_ws <= loss_all * (1 + 1e-12)
+    assert lower_all <= loss_ws * (1 + 1e-12)
+    assert loss_ws - lower_ws <= 1e-9 * loss_ws
+    assert loss_ws == pytest.approx(loss_all, rel=2e-9)
+
+
+@pytest.mark.parametrize("k, eps, seed", [(5, 1.0, 0), (6, 0.5, 1), (5, 3.0, 2)])
+def test_working_set_beats_grid_lp(k, eps, seed, working_set):
+    # 001's LP on its feasible grid (HiGHS, dense reference): the continuous
+    # optimum is never worse, and the certified bound is below both.
+    rng = np.random.default_rng(seed)
+    y, p = random_prior(rng, k, zeros=seed == 1)
+    loss, lower = _solve(y, p, eps)
+    lp = reference_grid_lp(y, p, _solver.feasible_output_set(y, eps, 40), eps)
+    assert loss <= lp * (1 + 1e-9)
+    assert lower <= loss * (1 + 1e-12)
+    assert loss - lower <= 1e-9 * loss
+
+
+def test_many_irregular_priors_on_the_working_set(working_set):
+    # The irregular-prior sweep of test_unbiased (its first 40 priors, for
+    # time) on the working-set path: exact, never worse than debiased RR,
+    # valid bound (_solve_and_check), >= 90 % certified.
+    rng = np.random.default_rng(2026)
+    certified, n = 0, 40
+    for _ in range(n):
+        y, p = _irregular_prior(rng, int(rng.integers(3, 10)))
+        loss, lower = _solve_and_check(y, p, float(rng.choice([0.05, 0.3, 1.0, 3.0, 8.0])))
+        certified += loss - lower <= 1e-6 * loss
+    assert certified >= 0.9 * n
+
+
+@pytest.mark.parametrize("shape", ["uniform", "spiky", "irregular"])
+def test_moderate_k_is_certified(shape):
+    # k = 300 runs the real working-set path (default threshold).
+    rng = np.random.default_rng(7)
+    k = 300
+    y = np.arange(k, dtype=float)
+    if shape == "uniform":
+        p = np.full(k, 1.0 / k)
+    elif shape == "spiky":
+        p = rng.gamma(0.3, size=k)
+        p[[0, 100, 299]] += 0.2
+        p /= p.sum()
+    else:
+        y, p = _irregular_prior(rng, k)
+    loss, lower = _solve(y, p, 1.0)
+    assert lower <= loss * (1 + 1e-12)
+    assert loss - lower <= 1e-6 * loss
+
+
+def test_pricing_finds_every_violated_interval():
+    # Brute force: reduced costs of all intervals from _Patterns.
+    rng = np.random.default_rng(3)
+    k = 25
+    y, p = random_prior(rng, k, zeros=True)
+    e = math.expm1(1.0)
+    u = rng.normal(size=k)
+    w = rng.normal(size=k)
+    red, _ = _Patterns(y, p, e).reduced(u, w)
+    red = np.where(np.triu(np.ones((k, k), dtype=bool)), red, np.inf)
+    threshold = float(np.quantile(red[np.isfinite(red)], 0.3))
+    ls, rs, lowest = _violated_intervals(y, p, e, u, w, threshold, chunk=4 * k)  # 4 chunks
+    assert lowest == pytest.approx(red.min(), rel=1e-12)
+    got = set(zip(ls.tolist(), rs.tolist()))
+    best_per_l = {(l, int(red[l].argmin())) for l in range(k) if red[l].min() < threshold}
+    best_per_r = {(int(red[:, r].argmin()), r) for r in range(k) if red[:, r].min() < threshold}
+    assert got == best_per_l | best_per_r
+    assert all(red[l, r] < threshold for l, r in got)
+
+
+def _poor_start(monkeypatch):
+    """A prior solved on the full patterns, then the working-set path forced
+    with a mutated coarse-to-fine start: only the singleton rays (debiased
+    RR's support)."""
+    rng = np.random.default_rng(11)
+    y, p = random_prior(rng, 30)
+    loss_all, _ = _solve(y, p, 1.0)
+    monkeypatch.setattr(_solver, "_FULL_PATTERNS_MAX", 2)
+    monkeypatch.setattr(_solver, "_initial_rays",
+                        lambda y, p, e, **kw: (np.arange(y.size), np.arange(y.size)))
+    return y, p, loss_all
+
+
+def test_column_generation_recovers_from_a_poor_working_set(monkeypatch):
+    y, p, loss_all = _poor_start(monkeypatch)
+    loss, lower = _solve(y, p, 1.0)
+    assert loss == pytest.approx(loss_all, rel=2e-9)
+    assert loss - lower <= 1e-9 * loss
+
+
+def test_without_column_generation_the_bound_stays_valid(monkeypatch):
+    # The same poor start with pricing disabled (a broken solver): the
+    # certificate (exact pricing over all staircase patterns) must stay a
+    # valid bound, and the result exact and no better than the optimum.
+    y, p, loss_all = _poor_start(monkeypatch)
+    monkeypatch.setattr(_solver, "_violated_intervals",
+                        lambda y, *a, **kw: (np.zeros(0, int), np.zeros(0, int), 0.0))
+    loss, lower = _solve(y, p, 1.0)
+    assert lower <= loss_all * (1 + 1e-12)
+    assert loss >= loss_all * (1 - 1e-9)
+
+
+def test_sparse_min_norm_repair_equals_dense(monkeypatch):
+    rng = np.random.default_rng(5)
+    k, m = 12, 30
+    cover = np.zeros((k, m), dtype=bool)
+    for j in range(m):
+        lo = int(rng.integers(k))
+        cover[lo : int(rng.integers(lo, k)) + 1, j] = True
+    e = math.expm1(2.0)
+    y = np.sort(rng.normal(size=k))
+    t = rng.uniform(0.01, 0.1, size=m)
+    s = t * rng.normal(size=m)
+    a = 1.0 + e * cover
+    monkeypatch.setattr(_solver, "_DENSE_MAX", 0)  # the sparse path
+    t_s, s_s = _min_norm_repair(cover, e, y, t, s)
+    t_d, s_d = _min_norm_repair_dense(a, y, t, s)
+    np.testing.assert_allclose(t_s, t_d, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(s_s, s_d, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(a @ t_s, 1.0, atol=1e-13)
+    np.testing.assert_allclose(a @ s_s, y, atol=1e-12)
+    # The differenced rays are L a: cumulative sums give a back.
+    np.testing.assert_allclose(np.cumsum(_differenced_cover(cover, e).toarray(), axis=0), a)
+    assert sparse.issparse(_differenced_cover(cover, e))
