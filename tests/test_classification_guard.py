@@ -95,6 +95,36 @@ def test_cross_fitted_estimates_track_true_accuracy():
     assert np.mean(constant) == pytest.approx(np.mean(y == 0), abs=0.02)
 
 
+def test_cross_fitted_estimates_follow_sample_weight():
+    """Weights restrict the accuracies to what the weighted model is fitted
+    for: zero weights drop rows exactly, integer weights equal repeating rows,
+    and equal weights give the unweighted estimates."""
+    rng = np.random.default_rng(2)
+    n, n_classes, epsilon = 600, 3, 1.0
+    y = rng.choice(n_classes, size=n)
+    prediction = np.where(rng.random(n) < 0.5, y, (y + 1) % n_classes)
+    masks = np.ones((n, n_classes), bool)
+    noisy = rng.integers(0, n_classes, size=n)
+    folds = np.array_split(np.arange(n), 3)
+
+    def estimate(rows, weight=None):
+        kept = [np.nonzero(np.isin(rows, f))[0] for f in folds]  # each row stays in its fold
+        pred = prediction[rows]
+        return cross_fitted_accuracies(lambda train, test: pred[test], lambda train: 0,
+                                       noisy[rows], masks[rows], epsilon, kept, weight)
+
+    everything = np.arange(n)
+    unweighted = estimate(everything)
+    assert estimate(everything, np.full(n, 2.5)) == pytest.approx(unweighted)
+    weight = (everything % 4 != 0).astype(float)  # a quarter of the rows weigh nothing
+    dropped = estimate(everything, weight)
+    assert dropped[:2] == pytest.approx(estimate(everything[weight > 0])[:2])
+    assert dropped[:2] != pytest.approx(unweighted[:2])
+    repeats = everything % 3 + 1  # weight 1, 2, 3 = the row once, twice, three times
+    repeated = estimate(np.repeat(everything, repeats))
+    assert estimate(everything, repeats.astype(float))[:2] == pytest.approx(repeated[:2])
+
+
 # -- the guard in LabelDPClassifier ----------------------------------------------------------
 def test_pure_noise_features_give_the_constant_class():
     X, y = _noise_features()

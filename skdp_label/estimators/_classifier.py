@@ -709,7 +709,8 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         # The fold fits must not replace the final model's search results.
         kept = getattr(self, "best_params_", None), getattr(self, "cv_results_", None)
         model_acc, constant_acc, se = cross_fitted_accuracies(
-            fit_predict, constant_class, noisy_codes, masks, epsilon, guard_folds(X, n_samples))
+            fit_predict, constant_class, noisy_codes, masks, epsilon, guard_folds(X, n_samples),
+            routed.get("sample_weight"))
         self.best_params_, self.cv_results_ = kept
         return {"model_accuracy": model_acc, "constant_accuracy": constant_acc,
                 "difference_se": se, "n_folds": GUARD_FOLDS,

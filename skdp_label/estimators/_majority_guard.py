@@ -82,7 +82,8 @@ def debiased_hits(noisy_codes, pred_codes, in_top, epsilon):
     return np.where(in_top[rows, pred_codes], hits, 0.0)
 
 
-def cross_fitted_accuracies(fit_predict, constant_class, noisy_codes, in_top, epsilon, folds):
+def cross_fitted_accuracies(fit_predict, constant_class, noisy_codes, in_top, epsilon, folds,
+                             sample_weight=None):
     """Held-out debiased accuracies of a model and of the constant predictor.
 
     Parameters
@@ -97,6 +98,10 @@ def cross_fitted_accuracies(fit_predict, constant_class, noisy_codes, in_top, ep
     epsilon : float
     folds : list of ndarray
         From :func:`guard_folds`.
+    sample_weight : ndarray of shape (n_samples,), optional
+        Weights of the rows in both accuracies (the base estimator's
+        ``sample_weight``), so that the guard compares what the weighted
+        model is fitted for.
 
     Returns
     -------
@@ -114,6 +119,12 @@ def cross_fitted_accuracies(fit_predict, constant_class, noisy_codes, in_top, ep
             noisy_codes[test], np.full(test.shape[0], constant_class(train)), in_top[test], epsilon)
         model_hits[test] = model
         difference[test] = model - constant
-    se = float(difference.std() / np.sqrt(n_samples)) if n_samples > 1 else float("inf")
-    model_accuracy = float(model_hits.mean())
-    return model_accuracy, model_accuracy - float(difference.mean()), se
+    w = np.ones(n_samples) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    total = float(w.sum())
+    mean_difference = float(w @ difference) / total
+    model_accuracy = float(w @ model_hits) / total
+    # Standard error of a weighted mean of independent rows (equal weights:
+    # the plain std / sqrt(n)).
+    se = (float(np.sqrt(float((w * (difference - mean_difference)) @ (w * (difference - mean_difference)))))
+          / total) if n_samples > 1 else float("inf")
+    return model_accuracy, model_accuracy - mean_difference, se
