@@ -126,6 +126,24 @@ def test_cross_fitted_estimates_follow_sample_weight():
 
 
 # -- the guard in LabelDPClassifier ----------------------------------------------------------
+def test_failed_guard_keeps_the_release():
+    """The guard runs after the charge: a fold fit that fails (6 neighbours
+    on 5 rows) warns, keeps the model and the one charge, and the fit
+    completes (a review found the fit raising with the budget spent)."""
+    from sklearn.neighbors import KNeighborsClassifier
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(8, 2)), np.array([0, 1] * 4)
+    acc = BudgetAccountant(epsilon=5.0)
+    clf = LabelDPClassifier(KNeighborsClassifier(n_neighbors=6), "auto", 1.0, classes=[0, 1],
+                            accountant=acc)
+    with pytest.warns(UserWarning, match=r"majority guard failed \(ValueError\)"):
+        clf.fit(X, y)
+    assert clf.majority_guard_["choice"] == "model"
+    assert clf.epsilon_spent_ == pytest.approx(1.0) == acc.spent_epsilon
+    assert clf.predict(X).shape == (8,)
+
+
 def test_pure_noise_features_give_the_constant_class():
     X, y = _noise_features()
     X_test, y_test = _noise_features(seed=1)

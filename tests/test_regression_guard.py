@@ -11,7 +11,6 @@ import scipy.sparse
 from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 from sklearn.neighbors import KNeighborsRegressor
-from sklearn.utils._param_validation import InvalidParameterError
 
 from _audit import assert_no_random_state
 from skdp_label import BudgetAccountant, LabelDPRegressor
@@ -286,11 +285,11 @@ def test_verbose_reports_the_cross_fitting(capsys):
 
 
 # -- bad input, before anything is spent ----------------------------------------------
-@pytest.mark.parametrize("shrinkage", ["bogus", 1.5, -0.1, [0.5]])
+@pytest.mark.parametrize("shrinkage", ["bogus", 1.5, -0.1, [0.5], True, False])
 def test_bad_shrinkage_is_refused_before_spending(shrinkage):
     X, y = _signal_data(100)
     acc = BudgetAccountant(epsilon=5.0)
-    with pytest.raises(InvalidParameterError, match="shrinkage"):
+    with pytest.raises(ValueError, match="shrinkage"):  # InvalidParameterError is one
         LabelDPRegressor(Ridge(), "auto", 1.0, bounds=BOUNDS, accountant=acc,
                          shrinkage=shrinkage).fit(X, y)
     assert acc.spent_epsilon == 0.0

@@ -175,3 +175,17 @@ def test_sparse_min_norm_repair_equals_dense(monkeypatch):
     # The differenced rays are L a: cumulative sums give a back.
     np.testing.assert_allclose(np.cumsum(_differenced_cover(cover, e).toarray(), axis=0), a)
     assert sparse.issparse(_differenced_cover(cover, e))
+
+
+@pytest.mark.parametrize("eps", [1e-3, 15.0, 25.0, 30.0])
+@pytest.mark.parametrize("k", [151, 200])
+def test_working_set_at_extreme_epsilon(k, eps):
+    """At a large epsilon the coarse problem's support can fall below the
+    keep threshold: the working set still starts non-empty and feasible (a
+    review found ZeroDivisionError at k = 151..200, eps >= 25). At eps = 1e-3
+    the fixed-output LP finish runs; HiGHS's presolve aborted the process
+    there (heap corruption), so it runs without presolve."""
+    y = np.linspace(0.0, 10.0, k)
+    for p in (np.full(k, 1.0 / k), np.eye(k)[k // 3] * 0.9 + 0.1 / k):
+        outputs, matrix, lower = optimal_unbiased_continuous(y, p, eps)
+        check_exact_mechanism(y, outputs, matrix, eps)

@@ -3,6 +3,7 @@ and multi-stage training LP-MST (Ghazi et al. 2021, paper 004)."""
 
 from __future__ import annotations
 
+import warnings
 from numbers import Integral, Real
 from typing import Any, Self
 
@@ -626,8 +627,19 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         self.prior_estimator_ = previous if self.proba_correction is not None else None
         self.majority_guard_ = None
         if self._guards():
-            self.majority_guard_ = self._guard(
-                X, noisy_codes, masks, eps_labels, routed, mechanisms[0])
+            try:
+                self.majority_guard_ = self._guard(
+                    X, noisy_codes, masks, eps_labels, routed, mechanisms[0])
+            except Exception as exc:  # noqa: BLE001 - the budget is spent: keep the release
+                warnings.warn(
+                    f"{type(self).__name__}: the majority guard failed ({type(exc).__name__}); "
+                    "the model predicts.",
+                    UserWarning,
+                    stacklevel=3,
+                )
+                self.majority_guard_ = {"model_accuracy": None, "constant_accuracy": None,
+                                        "difference_se": None, "n_folds": GUARD_FOLDS,
+                                        "choice": "model"}
             progress(
                 f"majority guard: the {self.majority_guard_['choice']} predicts (cross-fitted "
                 "accuracy estimates from the noisy labels)"

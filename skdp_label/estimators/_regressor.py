@@ -299,6 +299,11 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
     def _resolve_shrinkage(self, y, n_samples):
         """'cv', a fixed weight, or None; checked before anything is spent."""
         shrinkage = self.shrinkage
+        if isinstance(shrinkage, (bool, np.bool_)):  # a bool is a Real: True would mean s = 1
+            raise ValueError(
+                f"{type(self).__name__}: shrinkage must be 'auto', 'cv', a float in [0, 1] or "
+                f"None; got {shrinkage!r} (for the cross-fitted guard use shrinkage='cv')."
+            )
         if shrinkage is None or shrinkage == "auto" and not self._is_auto():
             return None
         y_shape = getattr(y, "shape", None) or np.asarray(y).shape

@@ -442,6 +442,8 @@ def _initial_rays(y, p, e, *, tol, full_max):
     lc, rc = state[0].rays()
     t, r = _on_rays(state[0], t, r)
     keep = t > 1e-3 * r
+    if not keep.any():  # e.g. at a large epsilon: keep the heaviest coarse rays
+        keep = t >= t.max()
     lc, rc = lc[keep], rc[keep]
     # (Measured: two shifts per end need several more column-generation
     # rounds, each a restart of the path, and are slower.)
@@ -453,7 +455,10 @@ def _initial_rays(y, p, e, *, tol, full_max):
     ls, rs = ls.ravel(), rs.ravel()
     ls, rs = np.clip(ls, 0, k - 1), np.clip(rs, 0, k - 1)
     ok = ls <= rs
-    return _unique_rays(k, ls[ok], rs[ok])
+    # The singletons make the working set feasible whatever the coarse
+    # support (column generation adds what is missing).
+    singles = np.arange(k)
+    return _unique_rays(k, np.concatenate([ls[ok], singles]), np.concatenate([rs[ok], singles]))
 
 
 def _on_rays(pat, *arrays):
@@ -934,9 +939,12 @@ def _fixed_output_lp(y, p, e, cover, z, *, duals=False):
     )
     b_eq = np.concatenate([[1.0], np.zeros(k - 1), [y[0]], np.diff(y)])
     for tol in (1e-9, 1e-7):  # HiGHS may give up at the tighter tolerance
+        # No presolve: HiGHS's presolve (scipy 1.17) aborted the process
+        # (heap corruption) on some of these LPs at the tight tolerances.
         res = linprog(
             cost * low, A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs",
-            options={"primal_feasibility_tolerance": tol, "dual_feasibility_tolerance": tol},
+            options={"primal_feasibility_tolerance": tol, "dual_feasibility_tolerance": tol,
+                     "presolve": False},
         )
         if res.status == 0:
             break
@@ -1155,7 +1163,7 @@ def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-
     for _ in range(3):
         try:
             u, w, t_all, r, m, state = _primal_dual_path(yn, p, e, tol=tol, state=state)
-        except (np.linalg.LinAlgError, FloatingPointError, ValueError):
+        except (np.linalg.LinAlgError, FloatingPointError, ValueError, ZeroDivisionError):
             break
         ls, rs = state[0].rays()
         t_all, r, m = _on_rays(state[0], t_all, r, m)
