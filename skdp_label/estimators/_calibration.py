@@ -33,6 +33,7 @@ __all__ = [
     "LinearCalibration",
     "debiasing_function",
     "anchor_for",
+    "direct_mean",
     "fit_calibration",
     "shrunk_mean",
 ]
@@ -126,9 +127,36 @@ def anchor_for(mechanism, debias):
     return float(prior @ inputs.astype(np.float64)), float(max(variance, 0.0))
 
 
-def shrunk_mean(debiased, anchor, model_variance=0.0, sample_weight=None):
+def direct_mean(mechanism):
+    """``(M, Var M)``: the mechanism's charged noisy mean of the labels and
+    its public variance (``mean_epsilon`` of ``mechanism='auto'``), or None."""
+    value = getattr(mechanism, "noisy_mean_", None)
+    if value is None:
+        return None
+    return float(value), float(mechanism.noisy_mean_variance_)
+
+
+def combined_mean(mean, variance, direct):
+    """Inverse-variance weighting of two independent unbiased means:
+    ``(mean, variance)`` and ``direct = (M, Var M)`` (or None: unchanged).
+    The combination is unbiased with variance ``1 / (1 / V + 1 / Var M)``,
+    below both."""
+    if direct is None:
+        return mean, variance
+    value, direct_variance = direct
+    if not direct_variance > 0:
+        return value, 0.0
+    weight = variance / (variance + direct_variance)  # of the direct mean
+    return mean + weight * (value - mean), variance * direct_variance / (variance + direct_variance)
+
+
+def shrunk_mean(debiased, anchor, model_variance=0.0, sample_weight=None, direct=None):
     """The constant: the mean ``D`` of ``debiased`` shrunk toward ``anchor``,
     ``A + w (D - A)``.
+
+    With ``direct = (M, Var M)``, a charged noisy mean of the labels
+    (:func:`direct_mean`), ``D`` is first combined with it by
+    :func:`combined_mean` (independent noises, both unbiased).
 
     ``D`` is unbiased with variance ``V`` (the larger of the sample estimate
     and ``model_variance``, over the effective number of rows); the anchor's
@@ -146,6 +174,7 @@ def shrunk_mean(debiased, anchor, model_variance=0.0, sample_weight=None):
     n = debiased.size
     sample_variance = float(w @ (debiased - mean) ** 2 / total) * (n / (n - 1.0) if n > 1 else 1.0)
     variance = max(sample_variance, float(model_variance)) * float(w @ w) / total**2
+    mean, variance = combined_mean(mean, variance, direct)
     anchor_error = max((mean - anchor) ** 2 - variance, 0.0)
     if not anchor_error + variance > 0:
         return mean
@@ -153,7 +182,7 @@ def shrunk_mean(debiased, anchor, model_variance=0.0, sample_weight=None):
 
 
 def fit_calibration(debiased, oof, anchor, model_variance=0.0, sample_weight=None,
-                    max_slope=MAX_SLOPE):
+                    max_slope=MAX_SLOPE, direct=None):
     """Fit ``y_hat = a + b (f - m)`` on out-of-fold predictions ``oof``.
 
     Parameters
@@ -165,6 +194,9 @@ def fit_calibration(debiased, oof, anchor, model_variance=0.0, sample_weight=Non
         Out-of-fold predictions of the base estimator.
     anchor, model_variance : float
         For the constant (:func:`shrunk_mean`, :func:`anchor_for`).
+    direct : tuple (M, Var M), optional
+        A charged noisy mean of the labels (:func:`direct_mean`), combined
+        into the constant.
     sample_weight : ndarray of shape (n,), optional
     max_slope : float
         Upper clip of the slope.
@@ -187,7 +219,7 @@ def fit_calibration(debiased, oof, anchor, model_variance=0.0, sample_weight=Non
     center = _weighted_mean(oof, w)
     spread = oof - center
     sxx = float(w @ spread**2)
-    constant = shrunk_mean(debiased, anchor, model_variance, sample_weight)
+    constant = shrunk_mean(debiased, anchor, model_variance, sample_weight, direct)
     if not sxx > 0:  # constant out-of-fold predictions carry no slope
         return LinearCalibration(constant, 0.0, 0.0, float("inf"))
     raw = float(w @ (debiased * spread)) / sxx

@@ -24,6 +24,7 @@ from ._calibration import (
     LinearCalibration,
     anchor_for,
     debiasing_function,
+    direct_mean,
     fit_calibration,
     shrunk_mean,
 )
@@ -258,6 +259,9 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
             bounds=self.bounds,
             domain=self.domain,
             n_eff=n_eff,
+            # The guard's level: 'auto' spends a public share of epsilon on a
+            # noisy mean of the labels (docs/auto.md), unless told otherwise.
+            mean_epsilon="auto" if shrinkage is not None and self._is_auto() else None,
         )
         mechanism.fit(y)
         self.n_eff_ = float(getattr(mechanism, "n_eff_", n_eff))
@@ -356,14 +360,15 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         debias = debiasing_function(mechanism)
         debiased = debias(noisy)
         anchor, model_variance = anchor_for(mechanism, debias)
+        direct = direct_mean(mechanism)
         weight = routed.get("sample_weight")
         weight = None if weight is None else np.asarray(weight, dtype=np.float64)
         if shrinkage == "cv":
             with progress.timed(f"cross-fitted {self._SHRINKAGE_FOLDS} folds for shrinkage='cv'"):
                 oof = self._out_of_fold_predictions(X, y_noisy, routed)
-            return fit_calibration(debiased, oof, anchor, model_variance, weight)
+            return fit_calibration(debiased, oof, anchor, model_variance, weight, direct=direct)
         # A fixed weight of the constant: (1 - s) f(x) + s a, as LabelDPClassifier's.
-        constant = shrunk_mean(debiased, anchor, model_variance, weight)
+        constant = shrunk_mean(debiased, anchor, model_variance, weight, direct=direct)
         slope = 1.0 - float(shrinkage)
         return LinearCalibration(float(shrinkage) * constant, slope, slope, 0.0)
 
