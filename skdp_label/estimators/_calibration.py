@@ -33,6 +33,7 @@ __all__ = [
     "LinearCalibration",
     "debiasing_function",
     "anchor_for",
+    "debiases_exactly",
     "direct_mean",
     "fit_calibration",
     "shrunk_mean",
@@ -136,6 +137,18 @@ def direct_mean(mechanism):
     return float(value), float(mechanism.noisy_mean_variance_)
 
 
+def debiases_exactly(mechanism):
+    """Whether :func:`debiasing_function` inverts the mechanism
+    (``E[d(y~) | y] = y``). Otherwise (RR-on-Bins merging labels) the mean
+    of ``d`` is that of the bin means under the noisy prior, whose error
+    (the histogram's noise) its variance does not show."""
+    try:
+        _moment_estimators(mechanism)
+    except ValueError:
+        return False
+    return True
+
+
 def combined_mean(mean, variance, direct):
     """Inverse-variance weighting of two independent unbiased means:
     ``(mean, variance)`` and ``direct = (M, Var M)`` (or None: unchanged).
@@ -144,8 +157,8 @@ def combined_mean(mean, variance, direct):
     if direct is None:
         return mean, variance
     value, direct_variance = direct
-    if not direct_variance > 0:
-        return value, 0.0
+    if not direct_variance > 0 or not np.isfinite(variance):
+        return value, direct_variance
     weight = variance / (variance + direct_variance)  # of the direct mean
     return mean + weight * (value - mean), variance * direct_variance / (variance + direct_variance)
 

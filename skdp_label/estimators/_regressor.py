@@ -23,6 +23,7 @@ from ._base import BaseLabelDPEstimator
 from ._calibration import (
     LinearCalibration,
     anchor_for,
+    debiases_exactly,
     debiasing_function,
     direct_mean,
     fit_calibration,
@@ -361,6 +362,10 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         debiased = debias(noisy)
         anchor, model_variance = anchor_for(mechanism, debias)
         direct = direct_mean(mechanism)
+        if direct is not None and not debiases_exactly(mechanism):
+            # The debiased mean is then the noisy prior's bin means' (its
+            # variance misses the histogram's error): the charged mean replaces it.
+            model_variance = np.inf
         weight = routed.get("sample_weight")
         weight = None if weight is None else np.asarray(weight, dtype=np.float64)
         if shrinkage == "cv":
