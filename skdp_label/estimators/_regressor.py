@@ -106,7 +106,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         estimator's raw predictions (e.g. to study the noisy model itself).
     shrinkage : 'auto', 'cv', float in [0, 1] or None, default='auto'
         Guard toward the constant predictor, a post-processing of the noisy
-        labels (no budget; docs/auto.md). ``'cv'``: predictions are
+        labels (no budget of its own; docs/auto.md). ``'cv'``: predictions are
         ``a + b (f(x) - m)`` with ``f`` the fitted base estimator, ``b`` the
         least-squares slope of the debiased noisy labels on out-of-fold
         predictions of 3 clones of ``f`` (3 extra fits, on folds made from
@@ -114,7 +114,13 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         chosen parameters), shrunk by its standard error and clipped to
         ``[0, 2]``, and ``a`` the debiased labels' mean shrunk toward the
         mechanism's prior mean: where the model fits the noise, the
-        predictor falls back to (nearly) the constant. A float ``s``
+        predictor falls back to (nearly) the constant. With
+        ``mechanism='auto'`` the guard also sets the mechanism's
+        ``mean_epsilon='auto'``: a public share of ``epsilon`` (most of it
+        where learning is hopeless, a few percent elsewhere) buys a noisy
+        mean of the clipped labels, combined with the debiased mean by
+        inverse-variance weighting for ``a`` (``mechanism_params=
+        {'mean_epsilon': None}`` turns it off). A float ``s``
         predicts ``(1 - s) f(x) + s a`` (no extra fit). ``'auto'``: ``'cv'``
         for ``mechanism='auto'`` (skipped for multi-output ``y`` or fewer
         than 6 rows), else None. None: the base estimator's predictions.
