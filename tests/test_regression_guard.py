@@ -223,8 +223,15 @@ def test_no_extra_epsilon_is_charged():
         ledgers[shrinkage, params is None] = [(e.details["step"], e.epsilon) for e in acc.ledger]
     assert [step for step, _ in ledgers["cv", True]] == [
         "noisy label mean", "noisy label histogram", "randomized labels"]
-    assert [step for step, _ in ledgers[None, True]] == ["noisy label histogram", "randomized labels"]
+    assert [step for step, _ in ledgers[None, True]] == [
+        "noisy label histogram", "randomized labels"]
     assert ledgers["cv", False] == ledgers[None, True]  # no mean: the guard spends nothing
+    # An instance keeps its own choice (0: off); None is filled in by the guard.
+    for mean_epsilon, rows in [(0.0, 2), (None, 3)]:
+        acc = BudgetAccountant()
+        LabelDPRegressor(Ridge(), AutoRegression(bounds=BOUNDS, mean_epsilon=mean_epsilon), 1.0,
+                         accountant=acc).fit(X, y)
+        assert len(acc.ledger) == rows
 
 
 def test_fitted_guard_keeps_no_rows_and_no_random_state():

@@ -210,7 +210,8 @@ def noisy_mean(y, bounds, epsilon, rng):
         MEAN_UNITS / (hi - lo) if hi > lo else 0.0)
     floor = np.floor(scaled)
     rounded = floor + (rng.random(n) < scaled - floor)
-    total = float(rounded.sum()) + float(staircase_noise(rng, epsilon / MEAN_UNITS, 1, 1, size=1)[0])
+    noise = staircase_noise(rng, epsilon / MEAN_UNITS, 1, 1, size=1)
+    total = float(rounded.sum()) + float(noise[0])
     unit = (hi - lo) / (MEAN_UNITS * n)
     return lo + unit * total, unit**2 * (mean_noise_variance(epsilon) + n / 4.0)
 

@@ -214,7 +214,7 @@ class AutoRegression(BasePriorMechanism):
         (:func:`~skdp_label.mechanisms._prior.noisy_mean`: exact integer
         noise, unbiased), spent first, before the histogram and the labels
         share the rest: the level of :class:`~skdp_label.LabelDPRegressor`'s
-        guard toward the constant (docs/auto.md). ``None``: no mean (0).
+        guard toward the constant (docs/auto.md). ``None`` or 0: no mean.
         ``'auto'`` (what ``LabelDPRegressor`` sets when its guard is on):
         :func:`mean_share_rule` of epsilon, from public quantities; read it
         before spending with :meth:`mean_budget`. A float must lie in ``[0,
@@ -317,7 +317,7 @@ class AutoRegression(BasePriorMechanism):
     def _params_for_rows(self, n_rows):
         # A keyed release fits on a placeholder: n_eff's default needs the row
         # count; its pass 1 counts a histogram, never a sum, so no mean.
-        if self.mean_epsilon is not None:
+        if self.mean_epsilon is not None and self.mean_epsilon != 0:
             raise ValueError(
                 "AutoRegression: keyed releases do not release the noisy mean; use "
                 f"mean_epsilon=None (got {self.mean_epsilon!r})."
