@@ -26,6 +26,7 @@ from skdp_label.mechanisms import AutoRegression, OptimalUnbiased, RROnBins
 from skdp_label.mechanisms import _prior
 from skdp_label.mechanisms._prior import MEAN_UNITS, mean_noise_variance, noisy_mean
 from skdp_label.mechanisms.auto import _mechanism as auto_module
+from skdp_label.utils import PrivacyLeakWarning
 from skdp_label.utils._random import public_folds
 
 pytestmark = pytest.mark.filterwarnings("ignore::skdp_label.utils.PrivacyLeakWarning")
@@ -288,7 +289,8 @@ def test_cross_fitting_takes_every_input_kind(kind):
         X = X.tolist()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a failed cross-fitting warns
-        reg = LabelDPRegressor(Ridge(), "auto", 2.0, bounds=BOUNDS).fit(X, y)
+        warnings.simplefilter("ignore", PrivacyLeakWarning)  # the seed: not flaky
+        reg = LabelDPRegressor(Ridge(), "auto", 2.0, bounds=BOUNDS, random_state=0).fit(X, y)
     assert 0.5 < reg.shrinkage_slope_ < 1.5
     assert reg.predict(X).shape == (300,)
 
@@ -378,11 +380,12 @@ def test_regressor_reads_the_public_share_before_spending():
 
 def test_share_rule_follows_the_lost_fraction_and_minimises_its_objective():
     # Learning hopeless (rho ~ 1): nearly all of epsilon buys the mean; learning
-    # easy (rho ~ 0) with many labels: a few percent.
+    # easy (rho ~ 0) with many labels: the floor of a tenth.
     assert auto_module.mean_share_rule(0.05, 5000, 0.999) == pytest.approx(0.95)
-    assert auto_module.mean_share_rule(2.0, 5000, 0.01) < 0.05
-    shares = np.linspace(1e-4, 0.95, 200_001)  # brute force on a fine linear grid
-    for eps, n, rho in [(0.3, 16000, 0.35), (2.0, 353, 0.48), (1.0, 5000, 0.56)]:
+    assert auto_module.mean_share_rule(2.0, 5000, 0.01) == pytest.approx(0.1)
+    shares = np.linspace(0.1, 0.95, 200_001)  # brute force on a fine linear grid
+    for eps, n, rho in [(0.3, 16000, 0.35), (2.0, 353, 0.48), (1.0, 5000, 0.56),
+                        (0.5, 353, 0.93), (0.2, 353, 0.5)]:
         def objective(s):
             lost = np.minimum(rho / (1 - s) ** 2, 1.0)
             return 24.0 / (n * s * eps) ** 2 - 0.5 * (1 - lost) ** 2

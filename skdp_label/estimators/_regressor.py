@@ -23,7 +23,7 @@ from ._base import BaseLabelDPEstimator
 from ._calibration import (
     LinearCalibration,
     anchor_for,
-    debiases_exactly,
+    debiased_mean_bias_bound,
     debiasing_function,
     direct_mean,
     fit_calibration,
@@ -368,18 +368,18 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         debiased = debias(noisy)
         anchor, model_variance = anchor_for(mechanism, debias)
         direct = direct_mean(mechanism)
-        if direct is not None and not debiases_exactly(mechanism):
-            # The debiased mean is then the noisy prior's bin means' (its
-            # variance misses the histogram's error): the charged mean replaces it.
-            model_variance = np.inf
+        # Where bins merge labels, the debiased mean is off by up to a bin's width.
+        bias_bound = 0.0 if direct is None else debiased_mean_bias_bound(mechanism)
         weight = routed.get("sample_weight")
         weight = None if weight is None else np.asarray(weight, dtype=np.float64)
         if shrinkage == "cv":
             with progress.timed(f"cross-fitted {self._SHRINKAGE_FOLDS} folds for shrinkage='cv'"):
                 oof = self._out_of_fold_predictions(X, y_noisy, routed)
-            return fit_calibration(debiased, oof, anchor, model_variance, weight, direct=direct)
+            return fit_calibration(debiased, oof, anchor, model_variance, weight, direct=direct,
+                                   bias_bound=bias_bound)
         # A fixed weight of the constant: (1 - s) f(x) + s a, as LabelDPClassifier's.
-        constant = shrunk_mean(debiased, anchor, model_variance, weight, direct=direct)
+        constant = shrunk_mean(debiased, anchor, model_variance, weight, direct=direct,
+                               bias_bound=bias_bound)
         slope = 1.0 - float(shrinkage)
         return LinearCalibration(float(shrinkage) * constant, slope, slope, 0.0)
 

@@ -127,6 +127,13 @@ def compare_candidates(
 #: labels keep at least a twentieth (the mean's error is then at most
 #: 1/0.95^2 = 1.11 times that of a mean spending all of epsilon).
 _MAX_MEAN_SHARE = 0.95
+#: Smallest share: the rule measures the mean's error against the uniform
+#: prior's variance (hi - lo)^2 / 12, which overstates that of concentrated
+#: labels (12x on randhie, 60x on fair), so its interior optimum can leave
+#: the mean too noisy to set the level; a tenth (the unbiased randomizer's
+#: prior cap) keeps it within a few hundredths of a percent of such a
+#: variance at n = 16,000, epsilon = 0.3.
+_MIN_MEAN_SHARE = 0.1
 
 
 def mean_share_rule(epsilon: float, n_labels: int, lost_fraction: float) -> float:
@@ -148,11 +155,12 @@ def mean_share_rule(epsilon: float, n_labels: int, lost_fraction: float) -> floa
     ``(hi - lo)^2 / 12``: ``e(s) = 24 / (n s epsilon)^2``. Averaged over ``G``
     uniform on ``[0, 1]`` (nothing is known of it before spending) this is
     ``1 - (1 - rho_s)^2 / 2 + e(s)``, minimised over ``s`` in
-    ``(0, 0.95]`` on a fine geometric grid. Where learning is hopeless
+    ``[0.1, 0.95]`` on a fine geometric grid. Where learning is hopeless
     (``rho`` near 1: small epsilon) nearly all of epsilon buys the mean;
-    where it is not, a share of a few percent.
+    where it is not, the floor of a tenth (the interior optimum, a few
+    percent, assumes the uniform prior's variance; see ``_MIN_MEAN_SHARE``).
     """
-    shares = np.geomspace(1e-4, _MAX_MEAN_SHARE, 600)
+    shares = np.geomspace(_MIN_MEAN_SHARE, _MAX_MEAN_SHARE, 600)
     lost = np.minimum(float(lost_fraction) / (1.0 - shares) ** 2, 1.0)
     mean_error = 24.0 / (float(n_labels) * shares * float(epsilon)) ** 2
     return float(shares[np.argmin(mean_error - 0.5 * (1.0 - lost) ** 2)])
