@@ -117,7 +117,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         predictor falls back to (nearly) the constant. With
         ``mechanism='auto'`` the guard also sets the mechanism's
         ``mean_epsilon='auto'``: a public share of ``epsilon`` (most of it
-        where learning is hopeless, a few percent elsewhere) buys a noisy
+        where learning is hopeless, a tenth elsewhere) buys a noisy
         mean of the clipped labels, combined with the debiased mean by
         inverse-variance weighting for ``a`` (``mechanism_params=
         {'mean_epsilon': None}`` turns it off). A float ``s``
