@@ -119,7 +119,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         ``mean_epsilon='auto'``: a public share of ``epsilon`` (most of it
         where learning is hopeless, a tenth elsewhere) buys a noisy
         mean of the clipped labels, combined with the debiased mean by
-        inverse-variance weighting for ``a`` (``mechanism_params=
+        inverse-variance weighting for ``a``, not shrunk (``mechanism_params=
         {'mean_epsilon': None}`` turns it off). A float ``s``
         predicts ``(1 - s) f(x) + s a`` (no extra fit). ``'auto'``: ``'cv'``
         for ``mechanism='auto'`` (skipped for multi-output ``y`` or fewer
