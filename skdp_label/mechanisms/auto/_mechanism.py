@@ -131,8 +131,8 @@ _MAX_MEAN_SHARE = 0.95
 #: prior's variance (hi - lo)^2 / 12, which overstates that of concentrated
 #: labels (12x on randhie, 60x on fair), so its interior optimum can leave
 #: the mean too noisy to set the level; a tenth (the unbiased randomizer's
-#: prior cap) keeps it within a few hundredths of a percent of such a
-#: variance at n = 16,000, epsilon = 0.3.
+#: prior cap) keeps its variance near a tenth of a percent of randhie's label
+#: variance at n = 16,000, epsilon = 0.3 (docs/auto.md).
 _MIN_MEAN_SHARE = 0.1
 
 
