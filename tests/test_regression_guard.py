@@ -16,12 +16,17 @@ from _audit import assert_no_random_state
 from skdp_label import BudgetAccountant, LabelDPRegressor
 from skdp_label.estimators._calibration import (
     anchor_for,
+    combined_mean,
     debiasing_function,
     fit_calibration,
     shrunk_mean,
 )
 from skdp_label.estimators._scorers import _transition
-from skdp_label.mechanisms import OptimalUnbiased, RROnBins
+from skdp_label.mechanisms import AutoRegression, OptimalUnbiased, RROnBins
+from skdp_label.mechanisms import _prior
+from skdp_label.mechanisms._prior import MEAN_UNITS, mean_noise_variance, noisy_mean
+from skdp_label.mechanisms.auto import _mechanism as auto_module
+from skdp_label.utils import PrivacyLeakWarning
 from skdp_label.utils._random import public_folds
 
 pytestmark = pytest.mark.filterwarnings("ignore::skdp_label.utils.PrivacyLeakWarning")
@@ -207,15 +212,27 @@ def test_model_variance_is_the_debiased_labels_variance_under_the_prior():
 
 # -- privacy -----------------------------------------------------------------------
 def test_no_extra_epsilon_is_charged():
+    """The guard moves a share of epsilon to the noisy mean; the total is
+    epsilon with or without it, and without the mean the guard is free."""
     X, y = _signal_data(400)
-    spent = []
-    for shrinkage in ["cv", None]:
+    ledgers = {}
+    for shrinkage, params in [("cv", None), (None, None), ("cv", {"mean_epsilon": None})]:
         acc = BudgetAccountant(epsilon=10.0)
         LabelDPRegressor(Ridge(), "auto", 1.0, bounds=BOUNDS, accountant=acc,
-                         shrinkage=shrinkage).fit(X, y)
-        spent.append((acc.spent_epsilon, len(acc.ledger)))
-    assert spent[0] == spent[1]
-    assert spent[0][0] == pytest.approx(1.0)
+                         shrinkage=shrinkage, mechanism_params=params).fit(X, y)
+        assert acc.spent_epsilon == pytest.approx(1.0, rel=1e-12)
+        ledgers[shrinkage, params is None] = [(e.details["step"], e.epsilon) for e in acc.ledger]
+    assert [step for step, _ in ledgers["cv", True]] == [
+        "noisy label mean", "noisy label histogram", "randomized labels"]
+    assert [step for step, _ in ledgers[None, True]] == [
+        "noisy label histogram", "randomized labels"]
+    assert ledgers["cv", False] == ledgers[None, True]  # no mean: the guard spends nothing
+    # An instance keeps its own choice (0: off); None is filled in by the guard.
+    for mean_epsilon, rows in [(0.0, 2), (None, 3)]:
+        acc = BudgetAccountant()
+        LabelDPRegressor(Ridge(), AutoRegression(bounds=BOUNDS, mean_epsilon=mean_epsilon), 1.0,
+                         accountant=acc).fit(X, y)
+        assert len(acc.ledger) == rows
 
 
 def test_fitted_guard_keeps_no_rows_and_no_random_state():
@@ -272,7 +289,8 @@ def test_cross_fitting_takes_every_input_kind(kind):
         X = X.tolist()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a failed cross-fitting warns
-        reg = LabelDPRegressor(Ridge(), "auto", 2.0, bounds=BOUNDS).fit(X, y)
+        warnings.simplefilter("ignore", PrivacyLeakWarning)  # the seed: not flaky
+        reg = LabelDPRegressor(Ridge(), "auto", 2.0, bounds=BOUNDS, random_state=0).fit(X, y)
     assert 0.5 < reg.shrinkage_slope_ < 1.5
     assert reg.predict(X).shape == (300,)
 
@@ -327,3 +345,168 @@ def test_failed_cross_fitting_keeps_the_release_unshrunk():
         reg.fit(X, y)
     assert (reg.shrinkage_slope_, reg.shrinkage_intercept_) == (1.0, 0.0)
     assert acc.spent_epsilon == pytest.approx(1.0)  # spent once, the release is kept
+
+
+# -- the noisy mean behind the constant's level (mean_epsilon) --------------------------
+def test_noisy_mean_is_charged_once_at_its_share_before_anything_else():
+    y = _signal_data(600)[1]
+    for mean_epsilon in [0.3, "auto"]:
+        acc = BudgetAccountant()
+        mech = AutoRegression(1.0, bounds=BOUNDS, grid_size=11, n_eff=20, accountant=acc,
+                              mean_epsilon=mean_epsilon)
+        share, split = mech.mean_budget(y.size), mech.budget_split(y.size)  # read before fit
+        mech.fit_transform(y)
+        rows = [(e.details["step"], e.epsilon) for e in acc.ledger]
+        assert rows == [("noisy label mean", share), ("noisy label histogram", split[0]),
+                        ("randomized labels", split[1])]
+        assert share + sum(split) == pytest.approx(1.0, rel=1e-12)
+        assert acc.spent_epsilon == pytest.approx(1.0, rel=1e-12)
+        assert mech.mean_epsilon_ == share and mech.prior_epsilon_ == split[0]
+    assert rows[0][1] != 0.3  # 'auto' computed its own share
+    # Without it, the mechanism is unchanged (no mean, no row).
+    plain = AutoRegression(1.0, bounds=BOUNDS, grid_size=11).fit(y)
+    assert plain.mean_epsilon_ == 0.0 and plain.noisy_mean_ is None
+
+
+def test_regressor_reads_the_public_share_before_spending():
+    X, y = _signal_data(600)
+    acc = BudgetAccountant()
+    reg = LabelDPRegressor(KNeighborsRegressor(15), "auto", 0.2, bounds=BOUNDS, accountant=acc,
+                           random_state=0).fit(X, y)
+    expected = AutoRegression(0.2, bounds=BOUNDS, n_eff=reg.n_eff_, mean_epsilon="auto")
+    assert acc.ledger[0].epsilon == expected.mean_budget(y.size) == reg.mechanism_.mean_epsilon_
+    assert acc.ledger[0].details["step"] == "noisy label mean"
+
+
+def test_share_rule_follows_the_lost_fraction_and_minimises_its_objective():
+    # Learning hopeless (rho ~ 1): nearly all of epsilon buys the mean; learning
+    # easy (rho ~ 0) with many labels: the floor of a tenth.
+    assert auto_module.mean_share_rule(0.05, 5000, 0.999) == pytest.approx(0.95)
+    assert auto_module.mean_share_rule(2.0, 5000, 0.01) == pytest.approx(0.1)
+    shares = np.linspace(0.1, 0.95, 200_001)  # brute force on a fine linear grid
+    for eps, n, rho in [(0.3, 16000, 0.35), (2.0, 353, 0.48), (1.0, 5000, 0.56),
+                        (0.5, 353, 0.93), (0.2, 353, 0.5)]:
+        def objective(s):
+            lost = np.minimum(rho / (1 - s) ** 2, 1.0)
+            return 24.0 / (n * s * eps) ** 2 - 0.5 * (1 - lost) ** 2
+        best = objective(shares).min()
+        assert objective(auto_module.mean_share_rule(eps, n, rho)) <= best + 1e-4 * abs(best)
+
+
+def test_noisy_mean_noise_variance_is_exact():
+    # Discrete Laplace of rate r: P(z) ~ exp(-r |z|); variance by direct summation.
+    for rate in [0.5, 1.0, 3.0]:
+        z = np.arange(-400, 401, dtype=np.float64)
+        p = np.exp(-rate * np.abs(z))
+        assert mean_noise_variance(rate * MEAN_UNITS) == pytest.approx(p @ z**2 / p.sum(), rel=1e-9)
+
+
+def test_noisy_mean_is_unbiased(monkeypatch):
+    """4000 draws on fixed labels (some outside the bounds: clipped): the
+    average is within 5 standard errors of the clipped labels' mean (a false
+    failure has probability < 1e-6 for a normal average; the seeds are fixed),
+    and the spread matches the public variance bound (noise + at most n / 4
+    units of rounding)."""
+    y = np.random.default_rng(3).uniform(-1.0, 11.0, size=500)
+    truth = np.clip(y, *BOUNDS).mean()
+    draws = [noisy_mean(y, BOUNDS, 2.0, np.random.default_rng(seed)) for seed in range(4000)]
+    values = np.array([d[0] for d in draws])
+    bound = draws[0][1]
+    assert abs(values.mean() - truth) < 5 * np.sqrt(bound / values.size)
+    noise_only = mean_noise_variance(2.0) * (10.0 / (MEAN_UNITS * y.size)) ** 2
+    assert 0.9 * noise_only < values.var() < 1.1 * bound
+    # The randomized rounding alone (noise switched off) is unbiased too, tested
+    # at its own, 10^4 times finer, precision: at most n / 4 units of variance.
+    monkeypatch.setattr(_prior, "staircase_noise", lambda rng, lam, w, r, size: np.zeros(size))
+    rounded = np.array([noisy_mean(y, BOUNDS, 2.0, np.random.default_rng(seed))[0]
+                        for seed in range(2000)])
+    rounding_bound = (y.size / 4.0) * (10.0 / (MEAN_UNITS * y.size)) ** 2
+    assert abs(rounded.mean() - truth) < 5 * np.sqrt(rounding_bound / rounded.size)
+    assert rounded.var() <= rounding_bound
+    # Nearest rounding instead (the mutation this catches) is off by ~1e-6.
+    units = np.rint((np.clip(y, *BOUNDS) - BOUNDS[0]) * MEAN_UNITS / 10.0)
+    nearest = units.mean() * 10.0 / MEAN_UNITS
+    assert abs(nearest - truth) > 5 * np.sqrt(rounding_bound / rounded.size)
+
+
+def test_combined_constant_has_less_variance_than_either():
+    # The formula: unbiased weights summing to 1, variance below both.
+    for variance, direct_variance in [(1.0, 1.0), (0.01, 4.0), (9.0, 0.1)]:
+        value, combined = combined_mean(0.0, variance, (1.0, direct_variance))
+        weight = variance / (variance + direct_variance)
+        assert value == pytest.approx(weight) and combined < min(variance, direct_variance)
+    # In distribution: two independent unbiased means of 5 (variances 1 and 4).
+    rng = np.random.default_rng(0)
+    d, m = 5 + rng.normal(size=20000), 5 + 2 * rng.normal(size=20000)
+    mixed = np.array([combined_mean(a, 1.0, (b, 4.0))[0] for a, b in zip(d, m)])
+    assert abs(mixed.mean() - 5) < 5 * np.sqrt(0.8 / mixed.size)
+    assert mixed.var() < 0.85 * min(d.var(), m.var())  # 0.8 expected
+    # Through the guard: a precise direct mean moves a useless noisy one onto it.
+    truth = rng.uniform(0, 10, size=2000)
+    very_noisy = truth + rng.normal(scale=300.0, size=2000)
+    assert shrunk_mean(very_noisy, 2.0, direct=(truth.mean(), 1e-4)) == pytest.approx(
+        truth.mean(), abs=0.05)
+
+
+def _mean_is_noisy(mech, y):
+    """The attack: is the released mean further from the exact clipped mean
+    than a thousandth of its noise scale (probability ~1e-3 by chance)?"""
+    lo, hi = BOUNDS
+    exact = np.clip(y, lo, hi).mean()
+    scale = (hi - lo) / (y.size * mech.mean_epsilon_)
+    return abs(mech.noisy_mean_ - exact) > 1e-3 * scale
+
+
+def test_pickles_hold_no_exact_mean_and_the_mean_is_noisy():
+    X, y = _signal_data(600)
+    reg = LabelDPRegressor(Ridge(), "auto", 0.5, bounds=BOUNDS, random_state=4).fit(X, y)
+    mech = reg.mechanism_
+    assert mech.mean_epsilon_ > 0 and _mean_is_noisy(mech, y)
+    blob = pickle.dumps(reg)
+    for exact in [y.mean(), np.clip(y, *BOUNDS).mean(), y.sum()]:
+        assert np.float64(exact).tobytes() not in blob
+        assert repr(float(exact)).encode() not in blob
+    assert_no_random_state(reg)
+
+
+def test_mean_without_noise_is_caught(monkeypatch):
+    """Mutation: the noisy mean's integer noise replaced by zeros."""
+    X, y = _signal_data(600)
+    monkeypatch.setattr(_prior, "staircase_noise", lambda rng, lam, w, r, size: np.zeros(size))
+    reg = LabelDPRegressor(Ridge(), "auto", 0.5, bounds=BOUNDS, random_state=4).fit(X, y)
+    assert not _mean_is_noisy(reg.mechanism_, y)
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"mean_epsilon": 1.0}, "mean_epsilon must be in"),
+    ({"mean_epsilon": 3.0}, "mean_epsilon must be in"),
+    ({"mean_epsilon": -0.1}, "mean_epsilon"),
+    ({"mean_epsilon": "bogus"}, "mean_epsilon"),
+    ({"mean_epsilon": 0.5, "prior_epsilon": 0.5}, "prior_epsilon must be in"),
+])
+def test_bad_mean_shares_are_refused_before_spending(params, match):
+    X, y = _signal_data(300)
+    acc = BudgetAccountant(epsilon=5.0)
+    with pytest.raises(ValueError, match=match):
+        AutoRegression(1.0, bounds=BOUNDS, accountant=acc, **params).fit(y)
+    with pytest.raises(ValueError, match=match):
+        LabelDPRegressor(Ridge(), "auto", 1.0, bounds=BOUNDS, accountant=acc,
+                         mechanism_params=params).fit(X, y)
+    assert acc.spent_epsilon == 0.0 and acc.ledger == []
+
+
+def test_mean_of_several_columns_and_keyed_releases_are_refused_before_spending(tmp_path):
+    y = _signal_data(300)[1]
+    acc = BudgetAccountant(epsilon=5.0)
+    with pytest.raises(ValueError, match="one label column"):
+        AutoRegression(1.0, bounds=BOUNDS, accountant=acc, mean_epsilon=0.2).fit(
+            np.column_stack([y, y]))
+    from skdp_label.release import KeyedRelease, generate_key_file, load_key
+
+    generate_key_file(tmp_path / "label.key")
+    release = KeyedRelease(AutoRegression(1.0, bounds=BOUNDS, mean_epsilon="auto"),
+                           load_key(tmp_path / "label.key"), "mean", accountant=acc)
+    release.add_counts(y, np.arange(y.size))
+    with pytest.raises(ValueError, match="keyed releases do not release the noisy mean"):
+        release.fit(y.size)
+    assert acc.spent_epsilon == 0.0 and acc.ledger == []

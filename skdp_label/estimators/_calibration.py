@@ -33,6 +33,8 @@ __all__ = [
     "LinearCalibration",
     "debiasing_function",
     "anchor_for",
+    "debiased_mean_bias_bound",
+    "direct_mean",
     "fit_calibration",
     "shrunk_mean",
 ]
@@ -126,11 +128,71 @@ def anchor_for(mechanism, debias):
     return float(prior @ inputs.astype(np.float64)), float(max(variance, 0.0))
 
 
-def shrunk_mean(debiased, anchor, model_variance=0.0, sample_weight=None):
+def direct_mean(mechanism):
+    """``(M, Var M)``: the mechanism's charged noisy mean of the labels and
+    its public variance (``mean_epsilon`` of ``mechanism='auto'``), or None."""
+    value = getattr(mechanism, "noisy_mean_", None)
+    if value is None:
+        return None
+    return float(value), float(mechanism.noisy_mean_variance_)
+
+
+def debiased_mean_bias_bound(mechanism):
+    """A public bound on ``|E[mean of d(y~)] - mean of y|``.
+
+    0 when :func:`debiasing_function` inverts the mechanism
+    (``E[d(y~) | y] = y``). Where labels share output distributions
+    (RR-on-Bins' bins), ``E[d | y] = c(y)``, a mean of the label values of
+    ``y``'s group under the noisy prior, which the histogram's noise moves
+    anywhere within the group: the bound is the widest group's range plus
+    half the largest grid step (labels are rounded to the grid first). The
+    whole label range when the mechanism has no transition.
+    """
+    try:
+        _moment_estimators(mechanism)
+        return 0.0
+    except ValueError:
+        pass
+    lo, hi = mechanism._label_range()
+    try:
+        matrix, inputs, _ = _transition(mechanism)
+    except ValueError:
+        return float(hi) - float(lo)
+    inputs = inputs.astype(np.float64)
+    _, group = np.unique(np.round(matrix, 12), axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    widths = [np.ptp(inputs[group == g]) for g in np.unique(group)]
+    step = float(np.max(np.diff(inputs))) if inputs.size > 1 else 0.0
+    return float(max(widths)) + 0.5 * step
+
+
+def combined_mean(mean, variance, direct):
+    """Inverse-variance weighting of two independent unbiased means:
+    ``(mean, variance)`` and ``direct = (M, Var M)`` (or None: unchanged).
+    The combination is unbiased with variance ``1 / (1 / V + 1 / Var M)``,
+    below both."""
+    if direct is None:
+        return mean, variance
+    value, direct_variance = direct
+    if not direct_variance > 0:
+        return value, direct_variance
+    weight = variance / (variance + direct_variance)  # of the direct mean
+    return mean + weight * (value - mean), variance * direct_variance / (variance + direct_variance)
+
+
+def shrunk_mean(debiased, anchor, model_variance=0.0, sample_weight=None, direct=None,
+                bias_bound=0.0):
     """The constant: the mean ``D`` of ``debiased`` shrunk toward ``anchor``,
     ``A + w (D - A)``.
 
-    ``D`` is unbiased with variance ``V`` (the larger of the sample estimate
+    With ``direct = (M, Var M)``, a charged noisy mean of the labels
+    (:func:`direct_mean`), the constant is instead ``D`` combined with it by
+    :func:`combined_mean` (independent noises; ``M`` unbiased, ``D`` with a
+    squared error of its variance plus its squared bias, estimated by
+    ``max((D - M)^2 - V - Var M, 0)`` and at most ``bias_bound^2``, see
+    :func:`debiased_mean_bias_bound`), not shrunk toward the anchor.
+
+    Without it, ``D`` is unbiased with variance ``V`` (the larger of the sample estimate
     and ``model_variance``, over the effective number of rows); the anchor's
     error ``(A - mu)^2`` is estimated without bias by ``(D - A)^2 - V`` (the
     anchor is independent of the label noise), at least 0, and
@@ -146,6 +208,15 @@ def shrunk_mean(debiased, anchor, model_variance=0.0, sample_weight=None):
     n = debiased.size
     sample_variance = float(w @ (debiased - mean) ** 2 / total) * (n / (n - 1.0) if n > 1 else 1.0)
     variance = max(sample_variance, float(model_variance)) * float(w @ w) / total**2
+    if direct is not None:
+        # With a charged mean the constant is the combination, unshrunk: the
+        # anchor (the noisy histogram's mean, at a small share of epsilon) is
+        # far noisier, and the estimate of its error below too.
+        # D's squared bias, estimated without bias by (D - M)^2 - V - Var M
+        # (M is unbiased and independent), at least 0 and at most the bound.
+        excess = (mean - direct[0]) ** 2 - variance - direct[1]
+        bias2 = min(max(excess, 0.0), float(bias_bound) ** 2)
+        return combined_mean(mean, variance + bias2, direct)[0]
     anchor_error = max((mean - anchor) ** 2 - variance, 0.0)
     if not anchor_error + variance > 0:
         return mean
@@ -153,7 +224,7 @@ def shrunk_mean(debiased, anchor, model_variance=0.0, sample_weight=None):
 
 
 def fit_calibration(debiased, oof, anchor, model_variance=0.0, sample_weight=None,
-                    max_slope=MAX_SLOPE):
+                    max_slope=MAX_SLOPE, direct=None, bias_bound=0.0):
     """Fit ``y_hat = a + b (f - m)`` on out-of-fold predictions ``oof``.
 
     Parameters
@@ -165,6 +236,11 @@ def fit_calibration(debiased, oof, anchor, model_variance=0.0, sample_weight=Non
         Out-of-fold predictions of the base estimator.
     anchor, model_variance : float
         For the constant (:func:`shrunk_mean`, :func:`anchor_for`).
+    direct : tuple (M, Var M), optional
+        A charged noisy mean of the labels (:func:`direct_mean`), combined
+        into the constant.
+    bias_bound : float
+        Bound on the debiased mean's bias (:func:`debiased_mean_bias_bound`).
     sample_weight : ndarray of shape (n,), optional
     max_slope : float
         Upper clip of the slope.
@@ -187,7 +263,7 @@ def fit_calibration(debiased, oof, anchor, model_variance=0.0, sample_weight=Non
     center = _weighted_mean(oof, w)
     spread = oof - center
     sxx = float(w @ spread**2)
-    constant = shrunk_mean(debiased, anchor, model_variance, sample_weight)
+    constant = shrunk_mean(debiased, anchor, model_variance, sample_weight, direct, bias_bound)
     if not sxx > 0:  # constant out-of-fold predictions carry no slope
         return LinearCalibration(constant, 0.0, 0.0, float("inf"))
     raw = float(w @ (debiased * spread)) / sxx

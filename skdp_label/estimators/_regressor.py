@@ -23,7 +23,9 @@ from ._base import BaseLabelDPEstimator
 from ._calibration import (
     LinearCalibration,
     anchor_for,
+    debiased_mean_bias_bound,
     debiasing_function,
+    direct_mean,
     fit_calibration,
     shrunk_mean,
 )
@@ -104,7 +106,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         estimator's raw predictions (e.g. to study the noisy model itself).
     shrinkage : 'auto', 'cv', float in [0, 1] or None, default='auto'
         Guard toward the constant predictor, a post-processing of the noisy
-        labels (no budget; docs/auto.md). ``'cv'``: predictions are
+        labels (no budget of its own; docs/auto.md). ``'cv'``: predictions are
         ``a + b (f(x) - m)`` with ``f`` the fitted base estimator, ``b`` the
         least-squares slope of the debiased noisy labels on out-of-fold
         predictions of 3 clones of ``f`` (3 extra fits, on folds made from
@@ -112,7 +114,13 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         chosen parameters), shrunk by its standard error and clipped to
         ``[0, 2]``, and ``a`` the debiased labels' mean shrunk toward the
         mechanism's prior mean: where the model fits the noise, the
-        predictor falls back to (nearly) the constant. A float ``s``
+        predictor falls back to (nearly) the constant. With
+        ``mechanism='auto'`` the guard also sets the mechanism's
+        ``mean_epsilon='auto'``: a public share of ``epsilon`` (most of it
+        where learning is hopeless, a tenth elsewhere) buys a noisy
+        mean of the clipped labels, combined with the debiased mean by
+        inverse-variance weighting for ``a``, not shrunk (``mechanism_params=
+        {'mean_epsilon': None}`` turns it off). A float ``s``
         predicts ``(1 - s) f(x) + s a`` (no extra fit). ``'auto'``: ``'cv'``
         for ``mechanism='auto'`` (skipped for multi-output ``y`` or fewer
         than 6 rows), else None. None: the base estimator's predictions.
@@ -258,6 +266,9 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
             bounds=self.bounds,
             domain=self.domain,
             n_eff=n_eff,
+            # The guard's level: 'auto' spends a public share of epsilon on a
+            # noisy mean of the labels (docs/auto.md), unless told otherwise.
+            mean_epsilon="auto" if shrinkage is not None and self._is_auto() else None,
         )
         mechanism.fit(y)
         self.n_eff_ = float(getattr(mechanism, "n_eff_", n_eff))
@@ -356,14 +367,19 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         debias = debiasing_function(mechanism)
         debiased = debias(noisy)
         anchor, model_variance = anchor_for(mechanism, debias)
+        direct = direct_mean(mechanism)
+        # Where bins merge labels, the debiased mean is off by up to a bin's width.
+        bias_bound = 0.0 if direct is None else debiased_mean_bias_bound(mechanism)
         weight = routed.get("sample_weight")
         weight = None if weight is None else np.asarray(weight, dtype=np.float64)
         if shrinkage == "cv":
             with progress.timed(f"cross-fitted {self._SHRINKAGE_FOLDS} folds for shrinkage='cv'"):
                 oof = self._out_of_fold_predictions(X, y_noisy, routed)
-            return fit_calibration(debiased, oof, anchor, model_variance, weight)
+            return fit_calibration(debiased, oof, anchor, model_variance, weight, direct=direct,
+                                   bias_bound=bias_bound)
         # A fixed weight of the constant: (1 - s) f(x) + s a, as LabelDPClassifier's.
-        constant = shrunk_mean(debiased, anchor, model_variance, weight)
+        constant = shrunk_mean(debiased, anchor, model_variance, weight, direct=direct,
+                               bias_bound=bias_bound)
         slope = 1.0 - float(shrinkage)
         return LinearCalibration(float(shrinkage) * constant, slope, slope, 0.0)
 

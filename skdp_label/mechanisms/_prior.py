@@ -31,6 +31,7 @@ __all__ = [
     "small_share_rule",
     "noisy_histogram",
     "noisy_histogram_from_counts",
+    "noisy_mean",
     "norm_sub",
     "nearest_domain_index",
     "declared_range",
@@ -164,6 +165,62 @@ def noisy_histogram_from_counts(counts, epsilon, rng):
     if total <= 0:
         return np.full(n_bins, 1.0 / n_bins)
     return noisy / total
+
+
+#: Resolution of :func:`noisy_mean`'s integer sum: labels are rounded to
+#: ``MEAN_UNITS`` steps over the public range (a step is 1.5e-5 of the range).
+MEAN_UNITS = 2**16
+
+
+def noisy_mean(y, bounds, epsilon, rng):
+    """epsilon-DP mean of labels clipped to the public ``bounds``, and its variance.
+
+    Each label is clipped to ``[lo, hi]`` and rounded to one of ``MEAN_UNITS``
+    steps over that range *at random* (up with probability equal to its
+    fractional part: the rounded value's expectation is the label), so the
+    sum ``S`` is an integer that one changed label moves by at most
+    ``MEAN_UNITS``; discrete Laplace noise of rate ``epsilon / MEAN_UNITS``
+    (the library's exact integer sampler, no floating-point artifact)
+    makes ``S`` epsilon-DP. The mean ``lo + (hi - lo) (S + Z) / (MEAN_UNITS n)``
+    is unbiased for the clipped labels' mean (``n`` is public in label DP:
+    the features party knows the rows). Its variance is bounded from public
+    quantities only: the noise's exact variance ``1 / (2 sinh^2(rate / 2))``
+    plus at most ``n / 4`` from the rounding, in units of ``(hi - lo) /
+    (MEAN_UNITS n)``.
+
+    Parameters
+    ----------
+    y : ndarray of shape (n,)
+    bounds : tuple (lo, hi)
+        Public label range.
+    epsilon : float > 0
+        Charged by the caller before this is called.
+    rng : numpy.random.Generator
+        This release's generator (not kept).
+
+    Returns
+    -------
+    mean, variance : float
+        The noisy mean (not clipped: clipping would bias it) and the public
+        bound on its variance.
+    """
+    lo, hi = float(bounds[0]), float(bounds[1])
+    n = int(np.size(y))
+    scaled = (np.clip(np.asarray(y, dtype=np.float64).ravel(), lo, hi) - lo) * (
+        MEAN_UNITS / (hi - lo) if hi > lo else 0.0)
+    floor = np.floor(scaled)
+    rounded = floor + (rng.random(n) < scaled - floor)
+    noise = staircase_noise(rng, epsilon / MEAN_UNITS, 1, 1, size=1)
+    total = float(rounded.sum()) + float(noise[0])
+    unit = (hi - lo) / (MEAN_UNITS * n)
+    return lo + unit * total, unit**2 * (mean_noise_variance(epsilon) + n / 4.0)
+
+
+def mean_noise_variance(epsilon):
+    """Variance of :func:`noisy_mean`'s integer noise (discrete Laplace of
+    rate ``epsilon / MEAN_UNITS``): ``1 / (2 sinh^2(rate / 2))``, about
+    ``2 (MEAN_UNITS / epsilon)^2``."""
+    return 0.5 / math.sinh(0.5 * epsilon / MEAN_UNITS) ** 2
 
 
 def norm_sub(noisy_counts):
@@ -302,11 +359,16 @@ class BasePriorMechanism(BaseDiscreteMechanism):
         -------
         epsilon_1, epsilon_2 : float
         """
+        return self._histogram_split(float(self.epsilon), n_labels)
+
+    def _histogram_split(self, epsilon, n_labels):
+        """:meth:`budget_split` of a budget ``epsilon`` (a subclass may
+        spend part of its ``epsilon`` on something else first)."""
         values, public_probs = self._domain(n_labels=int(n_labels))
         if public_probs is not None:
-            return 0.0, float(self.epsilon)
+            return 0.0, epsilon
         return split_epsilon(
-            float(self.epsilon), self.prior_epsilon, int(n_labels), values.size, self._prior_epsilon_rule
+            epsilon, self.prior_epsilon, int(n_labels), values.size, self._prior_epsilon_rule
         )
 
     def _total_cost(self):
@@ -315,18 +377,20 @@ class BasePriorMechanism(BaseDiscreteMechanism):
     def _release_cost(self):
         return float(self.epsilon) - self.prior_epsilon_, 0.0
 
-    def _fit_prior(self, y):
+    def _fit_prior(self, y, epsilon=None):
         """(domain values, prior probabilities, epsilon left for the labels).
 
         A public prior is free; otherwise epsilon_1 is charged, then the noisy
-        histogram is drawn from a generator of its own.
+        histogram is drawn from a generator of its own. ``epsilon``: the
+        budget of prior and labels (default: all of ``self.epsilon``).
         """
+        epsilon = float(self.epsilon) if epsilon is None else epsilon
         values, public_probs = self._domain(n_labels=y.shape[0])
         if public_probs is not None:
             self.prior_epsilon_ = 0.0
-            return values, public_probs, float(self.epsilon)
+            return values, public_probs, epsilon
         eps1, eps_labels = split_epsilon(
-            float(self.epsilon), self.prior_epsilon, y.shape[0], values.size, self._prior_epsilon_rule
+            epsilon, self.prior_epsilon, y.shape[0], values.size, self._prior_epsilon_rule
         )
         self.prior_epsilon_ = eps1
         if eps1 == 0.0:  # the rule chose the public uniform prior: nothing spent

@@ -13,7 +13,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..._accountant import BudgetAccountant
 from .._base import BaseLabelMechanism
-from .._prior import BasePriorMechanism, resolve_domain
+from .._prior import BasePriorMechanism, noisy_mean, resolve_domain
 from .._registry import register_mechanism
 from .._validation import check_bounds
 from ..bins import RROnBins
@@ -22,7 +22,7 @@ from ..unbiased._mechanisms import auto_grid_size
 from ._risk import predicted_risk
 
 __all__ = ["AutoRegression", "AUTO_CANDIDATES", "DEFAULT_AUTO_CANDIDATES", "register_auto_candidate",
-           "compare_candidates",
+           "compare_candidates", "mean_share_rule",
            "default_effective_size"]
 
 # Grid of the shared prior when only bounds are declared: the unbiased
@@ -123,6 +123,49 @@ def compare_candidates(
     return risks, mechanisms
 
 
+#: Largest share of epsilon ``mean_epsilon='auto'`` gives the mean: the
+#: labels keep at least a twentieth (the mean's error is then at most
+#: 1/0.95^2 = 1.11 times that of a mean spending all of epsilon).
+_MAX_MEAN_SHARE = 0.95
+#: Smallest share: the rule measures the mean's error against the uniform
+#: prior's variance (hi - lo)^2 / 12, which overstates that of concentrated
+#: labels (12x on randhie, 60x on fair), so its interior optimum can leave
+#: the mean too noisy to set the level; a tenth (the unbiased randomizer's
+#: prior cap) keeps its variance near a tenth of a percent of randhie's label
+#: variance at n = 16,000, epsilon = 0.3 (docs/auto.md).
+_MIN_MEAN_SHARE = 0.1
+
+
+def mean_share_rule(epsilon: float, n_labels: int, lost_fraction: float) -> float:
+    """Share of ``epsilon`` ``mean_epsilon='auto'`` spends on the noisy mean.
+
+    From public quantities only (docs/auto.md): ``lost_fraction`` is
+    ``rho``, the least predicted excess risk of the candidates at the full
+    ``epsilon`` over the prior's variance, both under the public uniform
+    prior over the grid (the share of the label variance a model averaging
+    ``n_eff`` noisy labels is predicted to lose to the noise). Spending a
+    share ``s`` on the mean leaves ``(1 - s) epsilon`` to the labels, which
+    scales the lost fraction to ``rho_s = min(rho / (1 - s)^2, 1)`` (noise
+    variance grows like ``1 / epsilon^2``). With ``G`` the (unknown,
+    private) fraction of the variance a model can explain, the guarded
+    predictor's squared error, in units of the label variance, is about
+    ``min(1, 1 - G + rho_s) + e(s)``: the better of the constant and the
+    model, both off by the error ``e(s)`` of the level, at most the mean's,
+    ``2 (hi - lo)^2 / (n s epsilon)^2`` over the uniform prior's variance
+    ``(hi - lo)^2 / 12``: ``e(s) = 24 / (n s epsilon)^2``. Averaged over ``G``
+    uniform on ``[0, 1]`` (nothing is known of it before spending) this is
+    ``1 - (1 - rho_s)^2 / 2 + e(s)``, minimised over ``s`` in
+    ``[0.1, 0.95]`` on a fine geometric grid. Where learning is hopeless
+    (``rho`` near 1: small epsilon) nearly all of epsilon buys the mean;
+    where it is not, the floor of a tenth (the interior optimum, a few
+    percent, assumes the uniform prior's variance; see ``_MIN_MEAN_SHARE``).
+    """
+    shares = np.geomspace(_MIN_MEAN_SHARE, _MAX_MEAN_SHARE, 600)
+    lost = np.minimum(float(lost_fraction) / (1.0 - shares) ** 2, 1.0)
+    mean_error = 24.0 / (float(n_labels) * shares * float(epsilon)) ** 2
+    return float(shares[np.argmin(mean_error - 0.5 * (1.0 - lost) ** 2)])
+
+
 def prior_variance(values, probs):
     """Variance of the prior (public, or the charged noisy histogram)."""
     probs = np.asarray(probs, dtype=np.float64) / np.sum(probs)
@@ -174,11 +217,21 @@ class AutoRegression(BasePriorMechanism):
     prior_epsilon : 'auto' or float, default='auto'
         Budget of the private prior; ``'auto'``: 000's ``sqrt(|Y| / n)``,
         at most half of ``epsilon`` (the choice needs the prior's shape).
+    mean_epsilon : None, 'auto' or float, default=None
+        Budget of a noisy mean of the labels clipped to the public range
+        (:func:`~skdp_label.mechanisms._prior.noisy_mean`: exact integer
+        noise, unbiased), spent first, before the histogram and the labels
+        share the rest: the level of :class:`~skdp_label.LabelDPRegressor`'s
+        guard toward the constant (docs/auto.md). ``None`` or 0: no mean.
+        ``'auto'`` (what ``LabelDPRegressor`` sets when its guard is on):
+        :func:`mean_share_rule` of epsilon, from public quantities; read it
+        before spending with :meth:`mean_budget`. A float must lie in ``[0,
+        epsilon)``. Keyed releases refuse it (they do not release the mean).
     out_of_bounds : {'raise', 'clip'}, default='raise'
         Labels outside the bounds raise before anything is spent, or are
         clipped to them.
     accountant : BudgetAccountant, optional
-        Charged with the histogram and every release.
+        Charged with the mean, the histogram and every release.
     random_state : None or int, default=None
         As for every mechanism (docs/randomness.md).
 
@@ -197,7 +250,14 @@ class AutoRegression(BasePriorMechanism):
     prior_ : ndarray
         The noisy (or public) prior.
     prior_epsilon_ : float
-        Epsilon spent on the prior.
+        Epsilon spent on the prior's histogram.
+    mean_epsilon_ : float
+        Epsilon spent on the noisy mean (0 without one).
+    noisy_mean_ : float or None
+        The noisy mean of the clipped labels (None without one): a noisy
+        value only, unbiased, not clipped.
+    noisy_mean_variance_ : float or None
+        Its variance, bounded from public quantities (epsilon, n, bounds).
     epsilon_spent_ : float
         Epsilon spent per label so far.
 
@@ -217,6 +277,7 @@ class AutoRegression(BasePriorMechanism):
         "n_eff": [Interval(Real, 1, None, closed="left"), None],
         "candidates": [list, tuple, None],
         "grid_size": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"})],
+        "mean_epsilon": [StrOptions({"auto"}), Interval(Real, 0, None, closed="left"), None],
     }
 
     def __init__(
@@ -231,6 +292,7 @@ class AutoRegression(BasePriorMechanism):
         resolution: float | None = None,
         grid_size: int | str = "auto",
         prior_epsilon: float | str = "auto",
+        mean_epsilon: float | str | None = None,
         out_of_bounds: str = "raise",
         accountant: BudgetAccountant | None = None,
         random_state: int | None = None,
@@ -244,6 +306,7 @@ class AutoRegression(BasePriorMechanism):
         self.resolution = resolution
         self.grid_size = grid_size
         self.prior_epsilon = prior_epsilon
+        self.mean_epsilon = mean_epsilon
         self.out_of_bounds = out_of_bounds
 
     def _candidate_names(self):
@@ -260,8 +323,80 @@ class AutoRegression(BasePriorMechanism):
         self._candidate_names()
 
     def _params_for_rows(self, n_rows):
-        # A keyed release fits on a placeholder: n_eff's default needs the row count.
+        # A keyed release fits on a placeholder: n_eff's default needs the row
+        # count; its pass 1 counts a histogram, never a sum, so no mean.
+        if self.mean_epsilon is not None and self.mean_epsilon != 0:
+            raise ValueError(
+                "AutoRegression: keyed releases do not release the noisy mean; use "
+                f"mean_epsilon=None (got {self.mean_epsilon!r})."
+            )
         return {"n_eff": default_effective_size(n_rows)} if self.n_eff is None else {}
+
+    # -- the noisy mean: a budget of its own, spent first (docs/auto.md) -----------
+    def mean_budget(self, n_labels: int) -> float:
+        """Epsilon a fit on ``n_labels`` labels spends on the noisy mean.
+
+        Public (``epsilon``, ``n``, the bounds, ``n_eff``, the candidates'
+        predicted risks under the public -- or uniform -- prior), so it can
+        be read before anything is spent; :meth:`budget_split` shares the
+        rest between the histogram and the labels.
+
+        Parameters
+        ----------
+        n_labels : int
+            Number of labels the mechanism will be fitted on.
+
+        Returns
+        -------
+        float
+        """
+        epsilon = float(self.epsilon)
+        if self.mean_epsilon is None:
+            return 0.0
+        if isinstance(self.mean_epsilon, str):
+            values, probs = self._domain(n_labels=int(n_labels))
+            probs = np.full(values.size, 1.0 / values.size) if probs is None else probs
+            n_eff = self.n_eff if self.n_eff is not None else default_effective_size(n_labels)
+            risks, _ = compare_candidates(values, probs, epsilon, n_eff, self._candidate_names())
+            var = prior_variance(values, probs)
+            lost = min(r["risk"] for r in risks.values()) / var if risks and var > 0 else 1.0
+            return mean_share_rule(epsilon, int(n_labels), lost) * epsilon
+        eps_mean = float(self.mean_epsilon)
+        if not eps_mean < epsilon:
+            raise ValueError(
+                f"AutoRegression: mean_epsilon must be in [0, epsilon={epsilon:g}) (the labels "
+                f"need a share); got {eps_mean:g}."
+            )
+        return eps_mean
+
+    def budget_split(self, n_labels):
+        """``(epsilon_1, epsilon_2)`` of the histogram and the labels: the
+        rule of :class:`~skdp_label.mechanisms.RROnBins` applied to what
+        :meth:`mean_budget` leaves (``epsilon`` minus the mean's)."""
+        return self._histogram_split(float(self.epsilon) - self.mean_budget(n_labels), n_labels)
+
+    def _fit_prior(self, y, epsilon=None):
+        n_labels = y.shape[0]
+        eps_mean = self.mean_budget(n_labels)
+        rest = float(self.epsilon) - eps_mean
+        self._histogram_split(rest, n_labels)  # refuses a bad prior_epsilon before any charge
+        if eps_mean > 0 and y.shape[1] != 1:
+            raise ValueError(
+                f"AutoRegression: the noisy mean is of one label column; y has {y.shape[1]} "
+                "(use mean_epsilon=None)."
+            )
+        self.mean_epsilon_ = eps_mean
+        self.noisy_mean_ = self.noisy_mean_variance_ = None
+        if eps_mean > 0:
+            self._charge(eps_mean, 0.0, n_labels=n_labels, step="noisy label mean")
+            rng = self._release_generator("noisy label mean", n_labels)
+            self.noisy_mean_, self.noisy_mean_variance_ = noisy_mean(
+                y[:, 0], self._label_range(), eps_mean, rng)
+        return super()._fit_prior(y, rest)
+
+    def _release_cost(self):
+        # The same operations as budget_split's: the ledger adds up to epsilon.
+        return float(self.epsilon) - self.mean_epsilon_ - self.prior_epsilon_, 0.0
 
     def _domain(self, n_labels=None):
         # The candidates are compared on one grid that depends on epsilon and
