@@ -38,6 +38,7 @@ def test_cell_table_is_the_laplace_bulk(lam):
 def test_no_cell_table_where_values_fit():
     assert laplace_cell_table(2.0**-10) is None  # one value per super-block
     assert laplace_cell_table(2.0**-12, rtol=1e-18) is None  # bound not met: exact sampler
+    assert laplace_cell_table(1e-13) is None  # cells of 10**10 values: no table is built
 
 
 def _binned_pvalue(noise, lam, width):

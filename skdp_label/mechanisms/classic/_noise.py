@@ -167,6 +167,12 @@ def _alias_error_bound(prob, alias, target, share=1.0):
     return float(np.max((np.abs(implied - target) + 4.0 * (1.0 + n_in) / 2.0**53) / target))
 
 
+# Largest cell (and offset table): the continuous Laplace's grids have
+# L ~ 800-1600; the discrete Laplace on spans above ~4 million eps (tinier
+# lam, cells of millions of values) keeps the exact sampler.
+_MAX_CELL = 4096
+
+
 def laplace_cell_table(lam, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9):
     """Alias tables of the bulk of the discrete Laplace on a fine grid, by cells.
 
@@ -180,7 +186,7 @@ def laplace_cell_table(lam, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9
     and a second alias table. Returns None when ``lam >= 2**-10`` or when
     the error bound of a value's probability (cell plus offset: digit
     quantisation and float error, as in :func:`staircase_alias_table`)
-    exceeds ``rtol`` relative.
+    exceeds ``rtol`` relative, or when a cell would exceed 4096 values.
 
     Returns
     -------
@@ -196,7 +202,7 @@ def laplace_cell_table(lam, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9
         The alias table (prob, alias) of the offsets 0, ..., L - 1.
     """
     _, big_l, lam_l, _ = geometric_constants(lam)
-    if big_l <= 1.0:
+    if not 1.0 < big_l <= _MAX_CELL:
         return None
     p0 = _p_zero(lam, 1, 1)
     # Cell s holds p0 b^(1 + L s) (1 - b^L) / (1 - b): positive terms, 1 - b by expm1.
