@@ -148,16 +148,22 @@ def geometric(lam, big_l, lam_l, one_minus_b_l, rng):
     if big_l <= 1.0:
         return np.floor(-np.log(fine_uniform(rng)) / lam)
     s = np.floor(-np.log(fine_uniform(rng)) / lam_l)
+    return s * big_l + superblock_offset(lam, big_l, one_minus_b_l, rng)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def superblock_offset(lam, big_l, one_minus_b_l, rng):
+    """i in [0, L) with P(i) proportional to e^(-lam i): the offset of
+    :func:`geometric` inside a super-block of ``big_l = L`` values."""
     if big_l <= _MAX_INVERTED_OFFSETS:
         i = np.floor(_minus_log1p_minus(_digit(rng) / _DIGIT * one_minus_b_l) / lam)
         if i > big_l - 1.0:
             i = big_l - 1.0
-    else:
-        while True:
-            i = uniform_index(big_l, rng)
-            if bernoulli_exact(np.exp(-lam * i), rng):
-                break
-    return s * big_l + i
+        return i
+    while True:
+        i = uniform_index(big_l, rng)
+        if bernoulli_exact(np.exp(-lam * i), rng):
+            return i
 
 
 def geometric_constants(lam):
@@ -217,6 +223,18 @@ def _staircase_block(c, rng, low_probability, first):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _sign_and_nonzero(c, rng):
+    """(negative, Z != 0) of a symmetric staircase draw from its first digit:
+    the top bit is the sign, the other 52 bits start the exact
+    Bernoulli(P(Z != 0))."""
+    d = _digit(rng)
+    negative = d >= _HALF_DIGIT
+    if negative:
+        d -= _HALF_DIGIT
+    return negative, _bernoulli_first(d, c[6], c[7], rng)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def staircase_draw(c, rng):
     """One symmetric staircase variate (constants from :func:`staircase_constants`).
 
@@ -225,11 +243,8 @@ def staircase_draw(c, rng):
     geometric block k >= 1 by exact Bernoulli draws, then its step and a
     uniform offset inside it.
     """
-    d = _digit(rng)
-    negative = d >= _HALF_DIGIT
-    if negative:
-        d -= _HALF_DIGIT
-    if not _bernoulli_first(d, c[6], c[7], rng):
+    negative, nonzero = _sign_and_nonzero(c, rng)
+    if not nonzero:
         return 0.0
     width = c[4]
     if c[8] > 0.0 and bernoulli_exact(c[8], rng):
@@ -262,11 +277,32 @@ def staircase_noise(rng, lam, width=1, r=1, size=None):
     -------
     z : ndarray of float64 holding integers
     """
+    c = staircase_constants(lam, width, r)
+    if width == 1 and r == 1:
+        # The discrete Laplace (noisy histograms: a few hundred draws, often
+        # the only staircase draws of a fit) has its own small kernel, about
+        # half the compile time of the general one; the same draws.
+        out = np.empty(int(size), dtype=np.float64)
+        _discrete_laplace(rng, c, out)
+        return out
     # The kernel of staircase_additive on zero labels (rint(0) + Z exactly):
     # one compiled kernel fewer, the same draws row by row.
-    return staircase_additive(
-        np.zeros(int(size)), rng, 1.0, staircase_constants(lam, width, r), False, 0.0, 0.0
-    )
+    return staircase_additive(np.zeros(int(size)), rng, 1.0, c, False, 0.0, 0.0)
+
+
+@numba.njit(cache=True, nogil=True)
+def _discrete_laplace(rng, c, out):
+    """:func:`staircase_draw` for ``width = r = 1``: no block 0 beyond zero
+    and one step per block, so a nonzero magnitude is 1 + geometric."""
+    for i in range(out.shape[0]):
+        begin_row(rng, i)  # keyed releases: row i reads its own stream
+        negative, nonzero = _sign_and_nonzero(c, rng)
+        if nonzero:
+            m = 1.0 + geometric(c[0], c[1], c[2], c[3], rng)
+            out[i] = -m if negative else m
+        else:
+            out[i] = 0.0
+    return out
 
 
 def max_staircase_magnitude(lam, width):
@@ -314,13 +350,17 @@ def staircase_one_sided(c, rng):
     return k * c[4] + _staircase_block(c, rng, c[10], 0.0)
 
 
-def bulk_constants(m0, tail_probability, n_entries):
-    """Constants of :func:`staircase_additive_bulk`."""
+def bulk_constants(m0, tail_probability, n_entries, cell=1):
+    """Constants of :func:`staircase_additive_bulk` (``cell``: values per
+    table entry, 1 for a table of values)."""
     qd, frac = split_probability(tail_probability)
-    return np.array([qd, frac, n_entries / (_DIGIT - qd), float(m0)])
+    return np.array([qd, frac, n_entries / (_DIGIT - qd), float(m0), float(cell), cell / _DIGIT])
 
 
-def staircase_additive_bulk(y, rng, granularity, c, bulk, prob, alias, clip, lo, hi):
+_NO_OFFSETS = (np.ones(1), np.zeros(1, dtype=np.int64))  # the offset table of a value table
+
+
+def staircase_additive_bulk(y, rng, granularity, c, bulk, prob, alias, clip, lo, hi, offsets=None):
     """:func:`staircase_additive` with the bulk from an alias table.
 
     An exact Bernoulli on the first digit sends a label to the tail
@@ -329,16 +369,42 @@ def staircase_additive_bulk(y, rng, granularity, c, bulk, prob, alias, clip, lo,
     bulk's share of digits, is mapped through the alias table of
     -(m0 - 1), ..., m0 - 1 (constants ``bulk`` from :func:`bulk_constants`,
     table from ``staircase_alias_table``).
+
+    A table of *cells* (``cell = L > 1``: the discrete Laplace on a fine grid,
+    whose bulk has far too many values for a table) has entries
+    t = -T, ..., T: t = 0 is the value 0 and t != 0 the values
+    sign(t) (1 + L (|t| - 1) + i), i in [0, L), one super-block of
+    :func:`geometric` (m0 = 1 + L T). The offset i has the same law in
+    every cell, P(i) proportional to e^(-lam i), and is drawn from a fresh
+    digit through the alias table ``offsets = (prob, alias)`` of i
+    (both tables from ``laplace_cell_table``).
     """
+    offset_prob, offset_alias = _NO_OFFSETS if offsets is None else offsets
     out = np.empty(y.shape[0], dtype=np.float64)
-    _staircase_additive_bulk(y, rng, granularity, c, bulk, prob, alias, clip, lo, hi, out)
+    _staircase_additive_bulk(
+        y, rng, granularity, c, bulk, prob, alias, offset_prob, offset_alias, clip, lo, hi, out
+    )
     return out
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _alias_pick(v, prob, alias):
+    """The entry an alias table picks for ``v`` uniform on [0, k): cell
+    j = floor(v), kept if v - j < prob[j], else alias[j] (as a float)."""
+    j = min(np.int64(v), prob.shape[0] - 1)
+    a = float(alias[j])
+    # Selected by arithmetic on floats (exact integers): an integer or
+    # boolean select lets LLVM turn it into a branch on the loaded
+    # threshold, mispredicted about half the time (5x slower).
+    return a + (v - j < prob[j]) * (j - a)
+
+
 @numba.njit(cache=True, nogil=True)
-def _staircase_additive_bulk(y, rng, granularity, c, bulk, prob, alias, clip, lo, hi, out):
-    qd, frac, scale, m0 = bulk[0], bulk[1], bulk[2], bulk[3]
-    k = prob.shape[0]
+def _staircase_additive_bulk(
+    y, rng, granularity, c, bulk, prob, alias, offset_prob, offset_alias, clip, lo, hi, out
+):
+    qd, frac, scale, m0, cell, offset_scale = bulk[0], bulk[1], bulk[2], bulk[3], bulk[4], bulk[5]
+    half = (prob.shape[0] - 1) // 2  # entries -half, ..., half
     inv_granularity = 1.0 / granularity
     for i in range(y.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
@@ -347,10 +413,11 @@ def _staircase_additive_bulk(y, rng, granularity, c, bulk, prob, alias, clip, lo
             m = m0 + staircase_one_sided(c, rng)
             z = -m if _digit(rng) >= _HALF_DIGIT else m
         else:
-            v = (d - qd) * scale
-            j = min(np.int64(v), k - 1)
-            keep = np.int64(v - j < prob[j])  # branch-free select of j or alias[j]
-            z = 1.0 - m0 + alias[j] + keep * (j - alias[j])
+            z = _alias_pick((d - qd) * scale, prob, alias) - half
+            if cell > 1.0 and z != 0.0:
+                offset = _alias_pick(_digit(rng) * offset_scale, offset_prob, offset_alias)
+                # copysign: a branch on the sign would be mispredicted half the time.
+                z = np.copysign(1.0 + cell * (abs(z) - 1.0) + offset, z)
         out[i] = _shift_on_grid(y[i], z, granularity, inv_granularity, clip, lo, hi)
     return out
 

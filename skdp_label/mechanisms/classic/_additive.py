@@ -41,6 +41,7 @@ from .._registry import register_mechanism
 from .._validation import check_bounds, check_integer_labels
 from ._noise import (
     gaussian_sigma,
+    laplace_cell_table,
     optimal_discrete_staircase_r,
     optimal_staircase_gamma,
     staircase_alias_table,
@@ -216,13 +217,19 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
             key = (lam, width, r)
             cached = getattr(self, "_alias_table", None)
             if cached is None or cached[0] != key:  # rebuilt after a refit
-                cached = self._alias_table = (key, staircase_alias_table(lam, width, r))
+                table = staircase_alias_table(lam, width, r)
+                if table is not None:
+                    table = (*table, 1, None)
+                elif width == 1 and r == 1:  # a fine grid: a table of super-blocks
+                    table = laplace_cell_table(lam)
+                cached = self._alias_table = (key, table)
             table = cached[1]
             if table is not None:
-                m0, tail, prob, alias = table
+                m0, tail, prob, alias, cell, offsets = table
                 return staircase_additive_bulk(
-                    y, rng, self.granularity_, constants, bulk_constants(m0, tail, prob.shape[0]),
-                    prob, alias, bool(self.clip), lo, hi,
+                    y, rng, self.granularity_, constants,
+                    bulk_constants(m0, tail, prob.shape[0], cell), prob, alias, bool(self.clip), lo, hi,
+                    offsets,
                 )
         return staircase_additive(y, rng, self.granularity_, constants, bool(self.clip), lo, hi)
 

@@ -17,11 +17,14 @@ import math
 import numpy as np
 from scipy import optimize, special
 
+from ..._kernels._sampling import geometric_constants
+
 __all__ = [
     "staircase_pmf",
     "staircase_tail",
     "staircase_moment",
     "staircase_alias_table",
+    "laplace_cell_table",
     "alias_table",
     "alias_table_probabilities",
     "optimal_staircase_gamma",
@@ -149,13 +152,79 @@ def staircase_alias_table(lam, width, r, min_probability=1e-5, max_entries=1 << 
     tail_probability = 2.0 * p0 * math.exp(-lam * n_blocks) * block_mass / -math.expm1(-lam)
     prob, alias = alias_table(pmf)
     # Error bound of the fast path, relative to each bulk value's probability.
-    implied = alias_table_probabilities(prob, alias) * (1.0 - tail_probability)
-    n_in = np.bincount(alias[prob < 1.0], minlength=prob.shape[0])
-    quantisation = 4.0 * (1.0 + n_in) / 2.0**53
-    bound = (np.abs(implied - pmf) + quantisation) / pmf
-    if not np.all(bound <= rtol):
+    if not _alias_error_bound(prob, alias, pmf, 1.0 - tail_probability) <= rtol:
         return None
     return m0, tail_probability, prob, alias
+
+
+def _alias_error_bound(prob, alias, target, share=1.0):
+    """Largest relative error of the probabilities an alias table samples,
+    drawn from one digit spread over ``share`` of the digit values, against
+    ``target``: the table's float error plus digit quantisation, at most
+    4 (1 + n_j) / 2**53 for an entry aliased by n_j cells."""
+    implied = alias_table_probabilities(prob, alias) * share
+    n_in = np.bincount(alias[prob < 1.0], minlength=prob.shape[0])
+    return float(np.max((np.abs(implied - target) + 4.0 * (1.0 + n_in) / 2.0**53) / target))
+
+
+# Largest cell (and offset table): the continuous Laplace's grids have
+# L ~ 800-1600; the discrete Laplace on spans above ~4 million eps (tinier
+# lam, cells of millions of values) keeps the exact sampler.
+_MAX_CELL = 4096
+
+
+def laplace_cell_table(lam, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9):
+    """Alias tables of the bulk of the discrete Laplace on a fine grid, by cells.
+
+    For ``lam < 2**-10`` (the continuous Laplace's grids) the bulk has far
+    too many values for :func:`staircase_alias_table`; the table holds
+    *cells* instead: 0, and for each sign the super-blocks s = 0, 1, ...,
+    T - 1 of ``L`` values 1 + L s + i (``L`` of
+    :func:`skdp_label._kernels._sampling.geometric_constants`), as long as a
+    cell's probability is at least ``min_probability``. The offset i inside
+    a cell has the same law in every cell, P(i) proportional to e^(-lam i),
+    and a second alias table. Returns None when ``lam >= 2**-10`` or when
+    the error bound of a value's probability (cell plus offset: digit
+    quantisation and float error, as in :func:`staircase_alias_table`)
+    exceeds ``rtol`` relative, or when a cell would exceed 4096 values.
+
+    Returns
+    -------
+    m0 : int
+        First magnitude of the tail, 1 + L T.
+    tail_probability : float
+        P(|Z| >= m0) = 2 p0 b^m0 / (1 - b).
+    prob, alias : ndarray
+        The alias table of the cells t = -T, ..., T.
+    cell : int
+        L, the values per cell.
+    offsets : tuple of ndarray
+        The alias table (prob, alias) of the offsets 0, ..., L - 1.
+    """
+    _, big_l, lam_l, _ = geometric_constants(lam)
+    if not 1.0 < big_l <= _MAX_CELL:
+        return None
+    p0 = _p_zero(lam, 1, 1)
+    # Cell s holds p0 b^(1 + L s) (1 - b^L) / (1 - b): positive terms, 1 - b by expm1.
+    first = p0 * math.exp(-lam) * math.expm1(-lam_l) / math.expm1(-lam)
+    n_cells = min(math.floor(math.log(first / min_probability) / lam_l) + 1, (max_entries - 1) // 2)
+    if n_cells < 1:
+        return None
+    cells = first * np.exp(-lam_l * np.arange(n_cells, dtype=np.float64))
+    masses = np.concatenate([cells[::-1], [p0], cells])
+    m0 = 1 + int(big_l) * n_cells
+    tail_probability = 2.0 * p0 * math.exp(-lam * m0) / -math.expm1(-lam)
+    prob, alias = alias_table(masses)
+    # Offsets: e^(-lam i) (1 - b) / (1 - b^L), from expm1.
+    i = np.arange(int(big_l), dtype=np.float64)
+    offset_pmf = np.exp(-lam * i) * (math.expm1(-lam) / math.expm1(-lam_l))
+    offsets = alias_table(offset_pmf)
+    bound = _alias_error_bound(prob, alias, masses, 1.0 - tail_probability) + _alias_error_bound(
+        *offsets, offset_pmf
+    )
+    if not bound <= rtol:
+        return None
+    return m0, tail_probability, prob, alias, int(big_l), offsets
 
 
 def staircase_moment(lam, width, r, power, tol=1e-16):
