@@ -23,9 +23,8 @@ from test_numerics import DIGIT, _implied, scripted
 def implied_matrix(tables, n_out):
     """The distribution each row of ``tables`` samples from (up to digit
     quantisation, which the builder bounds)."""
-    cells = tables[0]
-    split, cell_prob = cells[:, 0], cells[:, 1:, 0]
-    cell_keep, cell_alias = cells[:, 1:, 1].astype(np.int64), cells[:, 1:, 2].astype(np.int64)
+    split = tables[0]
+    cell_prob, cell_keep, cell_alias = S.unpack_cells(tables[1])
     n_rows = split.shape[0]
     out = np.zeros((n_rows, n_out))
     for i in range(n_rows):
@@ -36,7 +35,7 @@ def implied_matrix(tables, n_out):
             np.add.at(out[i], cell_alias[i, :k], (1.0 - cell_prob[i, :k]) / k * (1.0 - tail))
         if tail > 0.0:
             # The exponent groups over the row's tail entries (columns order[i]).
-            order, *groups = tables[1:]
+            order, *groups = tables[2:]
             positions = np.arange(order.shape[1])[None, :].repeat(n_rows, axis=0)
             np.add.at(out[i], order[i], tail * _implied((positions, *groups), i))
     return out
@@ -61,7 +60,7 @@ def test_tables_reproduce_every_entry_to_1e_9(seed):
     rel = np.abs(implied[positive] - matrix[positive]) / matrix[positive]
     assert rel.max() <= 1e-9
     # The tiny entries are in the tail (not the alias table): 2**-20 is the floor.
-    split, cell_keep = tables[0][:, 0], tables[0][:, 1:, 1].astype(np.int64)
+    split, (_, cell_keep, _) = tables[0], S.unpack_cells(tables[1])
     for i in range(matrix.shape[0]):
         k = int(split[i, 3]) + 1
         assert np.all(matrix[i, cell_keep[i, :k]] >= 2.0**-20)
@@ -71,8 +70,8 @@ def test_a_tight_tolerance_moves_entries_to_the_exact_tail():
     matrix = _matrix(3)
     loose, tight = S.categorical_tables(matrix), S.categorical_tables(matrix, rtol=1e-15)
     # Fewer cells pass the tight check; what is sampled is still the matrix.
-    assert (tight[0][:, 0, 3] <= loose[0][:, 0, 3]).all()
-    assert (tight[0][:, 0, 0] >= loose[0][:, 0, 0]).all() and (tight[0][:, 0, 3] < loose[0][:, 0, 3]).any()
+    assert (tight[0][:, 3] <= loose[0][:, 3]).all()
+    assert (tight[0][:, 0] >= loose[0][:, 0]).all() and (tight[0][:, 3] < loose[0][:, 3]).any()
     implied = implied_matrix(tight, matrix.shape[1])
     positive = matrix > 0
     assert np.max(np.abs(implied[positive] - matrix[positive]) / matrix[positive]) <= 1e-9
@@ -105,9 +104,9 @@ def test_tail_reaches_a_1e_300_entry_and_the_bulk_the_rest():
     assert out[0] == 0.0
     # A mutated table without the tail (bulk only) never produces entry 2: the
     # tail split is what the scripted draw above goes through.
-    cells = tables[0].copy()
-    cells[:, 0, :2] = 0.0
-    broken = (cells, *tables[1:])
+    heads = tables[0].copy()
+    heads[:, :2] = 0.0
+    broken = (heads, *tables[1:])
     out = S.sample_rows(scripted([0] + [0] * 19 + [123]), outputs, codes=np.array([0]), tables=broken)
     assert out[0] != 2.0
 

@@ -27,6 +27,7 @@ import numba
 import numpy as np
 
 from ._philox import begin_row
+from ._prefetch import prefetch
 
 _DIGIT = 2.0**53  # one digit = the 53 random bits of rng.random()
 _DIGIT_INT = 2**53
@@ -629,11 +630,14 @@ def categorical_tables(matrix, rtol=_ALIAS_RTOL):
     quantisation); entries that fail move to the tail. Zero entries are in
     neither and are never produced.
 
-    Returns a tuple of arrays (pass it whole to the kernels): ``cells`` of
-    shape (n_rows, 1 + K, 4), one 32-byte record per cell so that a draw
-    touches two cache lines (row header and cell) -- record 0 of a row is
-    (tail digit threshold, its fraction, bulk scale, last cell), record
-    1 + j is (threshold, own output, alias output, 0) -- then the
+    Returns a tuple of arrays (pass it whole to the kernels): ``heads`` of
+    shape (n_rows, 4), each row's (tail digit threshold, its fraction, bulk
+    scale, last cell), a few kilobytes that stay in the L1 cache; ``cells``
+    of shape (n_rows, K, 2), one 16-byte int64 record per alias cell so that
+    a draw touches one cache line of the (megabytes) table: the bit pattern
+    of the cell's threshold (a float64 in [0, 1], compared as an integer,
+    which orders non-negative floats as the floats) and ``own | alias <<
+    32`` (:func:`unpack_cells` decodes them); then the
     :func:`exponent_groups` tables of the tails.
     """
     matrix = np.asarray(matrix, dtype=np.float64)
@@ -642,9 +646,12 @@ def categorical_tables(matrix, rtol=_ALIAS_RTOL):
     for i in range(n_rows):
         p = matrix[i] / math.fsum(matrix[i])
         rows.append(_alias_with_tail(p, rtol))
+    if n_out >= 2**31:
+        raise ValueError("at most 2**31 - 1 outputs: a cell packs two output indices in 64 bits.")
     width = max(int(r[2].shape[0]) for r in rows)
-    cells = np.zeros((n_rows, 1 + width, 4))
-    cells[:, 1:, 0] = 1.0
+    heads = np.zeros((n_rows, 4))
+    cells = np.zeros((n_rows, width, 2), dtype=np.int64)
+    cells[:, :, 0] = np.float64(1.0).view(np.int64)
     # The tail tables hold only each row's tail entries (columns tail_cols).
     smalls = []
     for i, (bulk, tail, _, _) in enumerate(rows):
@@ -656,12 +663,12 @@ def categorical_tables(matrix, rtol=_ALIAS_RTOL):
     for i, (bulk, tail, prob, alias) in enumerate(rows):
         outputs = np.flatnonzero(bulk)
         k = prob.shape[0]
-        cells[i, 1 : k + 1, 0] = prob
+        # + 0.0: no -0.0, whose bit pattern would compare as negative.
+        cells[i, :k, 0] = (np.clip(prob, 0.0, 1.0) + 0.0).view(np.int64)
         if outputs.size:
-            cells[i, 1 : k + 1, 1] = outputs
-            cells[i, 1 : k + 1, 2] = outputs[alias]
+            cells[i, :k, 1] = outputs | (outputs[alias] << 32)
         qd, frac = split_probability(tail)
-        cells[i, 0] = qd, frac, k / (_DIGIT - qd) if qd < _DIGIT else 0.0, k - 1
+        heads[i] = qd, frac, k / (_DIGIT - qd) if qd < _DIGIT else 0.0, k - 1
         small = smalls[i]
         if small.size:
             p = matrix[i] / math.fsum(matrix[i])
@@ -671,16 +678,25 @@ def categorical_tables(matrix, rtol=_ALIAS_RTOL):
             tail_rows[i, 0] = 1.0  # never reached: Bernoulli(0)
     order, *groups = exponent_groups(tail_rows)
     order = np.take_along_axis(tail_cols, order, axis=1)  # positions -> output indices
-    return (cells, order, *groups)
+    return (heads, cells, order, *groups)
+
+
+def unpack_cells(cells):
+    """(threshold, own output, alias output) of every cell of
+    :func:`categorical_tables`' packed ``cells``."""
+    return cells[..., 0].view(np.float64), cells[..., 1] & 0xFFFFFFFF, cells[..., 1] >> 32
 
 
 _NO_TABLES = (
-    np.zeros((1, 2, 4)), np.zeros((1, 1), np.int64), np.ones((1, 1)), np.ones((1, 1), np.int64),
+    np.zeros((1, 4)), np.zeros((1, 1, 2), np.int64), np.zeros((1, 1), np.int64), np.ones((1, 1)), np.ones((1, 1), np.int64),
     np.ones((1, 1)), np.ones(1, np.int64),
 )
 
 
 _EMPTY_F = np.zeros(0)
+# Labels per block of the two-pass alias draw (buffers of 16 bytes a label):
+# enough loads in flight, buffers and prefetched lines well inside L1.
+_BLOCK = 256
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 
 
@@ -700,7 +716,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
     @numba.njit(cache=True, nogil=True)
     def discrete_rows(
         codes, y, values, lower, par, rr, rng, outputs, out,
-        cells, order, cdf, group_end, group_q, n_groups,
+        heads, cells, order, cdf, group_end, group_q, n_groups,
     ):
         """Every finite-output sampler.
 
@@ -721,48 +737,80 @@ def _discrete_rows_kernel(rows_from, draw_by):
         else:
             rr_qd = rr_frac = rr_limit = rr_m = 0.0
             n_classes = 0
-        for i in range(out.shape[0]):
-            begin_row(rng, i)  # keyed releases: row i reads its own stream
-            if rows_from == "codes" or (rows_from == "either" and k == 0):
-                row = codes[i]
-            elif k == 1:
-                row = 0
-            else:
-                # Randomized rounding (001 §3): from v_l up to v_h with probability
-                # (v - v_l) / (v_h - v_l); labels outside the grid go to its ends.
-                # Branch-free in the common case (a mispredicted branch costs more
-                # than the arithmetic).
-                v = min(max(y[i], values[0]), values[k - 1])
-                u = rng.random()
-                lo = lower[min(np.int64((v - par[0]) * par[1]), n_buckets - 1)]
-                lo += np.int64(values[lo + 1] <= v)
-                while lo < k - 2 and values[lo + 1] <= v:  # crowded buckets only
-                    lo += 1
-                while lo > 0 and values[lo] > v:  # bucket index rounded up
-                    lo -= 1
-                if lo > k - 2:
-                    lo = k - 2
-                row = lo + np.int64(u * (values[lo + 1] - values[lo]) < v - values[lo])
-            if draw_by == "rr" or (draw_by == "either" and rr.shape[0] > 0):
-                j = _rr_offset(rr_qd, rr_frac, rr_limit, rr_m, rng)
-                if j < 0:
-                    j = row
+        # Alias draws run in blocks of two passes: the first reads the random
+        # source and the row headers, picks each label's cell and prefetches
+        # it; the second reads the cells. A matrix with hundreds of outputs
+        # has tables of megabytes, and waiting for one cache miss per label
+        # was most of the cost. The random stream is read in the same order
+        # as by a single pass.
+        flat = cells.reshape(-1)
+        width = 2 * cells.shape[1]
+        cell_at = np.empty(_BLOCK, dtype=np.int64)  # cell's offset in flat, or -1 - output (tail)
+        frac_at = np.empty(_BLOCK)
+        frac_bits = frac_at.view(np.int64)
+        n = out.shape[0]
+        for start in range(0, n, _BLOCK):
+            stop = min(start + _BLOCK, n)
+            for i in range(start, stop):
+                begin_row(rng, i)  # keyed releases: row i reads its own stream
+                if rows_from == "codes" or (rows_from == "either" and k == 0):
+                    row = codes[i]
+                elif k == 1:
+                    row = 0
                 else:
-                    j = row + 1 + j
-                    if j >= n_classes:
-                        j -= n_classes
-            else:
-                qd = cells[row, 0, 0]
-                d = _digit(rng)
-                if _bernoulli_first(d, qd, cells[row, 0, 1], rng):  # the tail (rare), exactly
-                    j = group_draw(row, rng, order, cdf, group_end, group_q, n_groups)
-                else:  # the same digit, uniform on the bulk's share, picks a cell
-                    w = (d - qd) * cells[row, 0, 2]
-                    c = min(np.int64(w), np.int64(cells[row, 0, 3]))  # w < K, up to rounding
-                    keep = w - c < cells[row, c + 1, 0]  # branch-free select
-                    alias = cells[row, c + 1, 2]
-                    j = np.int64(alias + keep * (cells[row, c + 1, 1] - alias))
-            out[i] = outputs[j]
+                    # Randomized rounding (001 §3): from v_l up to v_h with probability
+                    # (v - v_l) / (v_h - v_l); labels outside the grid go to its ends.
+                    # Branch-free in the common case (a mispredicted branch costs more
+                    # than the arithmetic).
+                    v = min(max(y[i], values[0]), values[k - 1])
+                    u = rng.random()
+                    lo = lower[min(np.int64((v - par[0]) * par[1]), n_buckets - 1)]
+                    lo += np.int64(values[lo + 1] <= v)
+                    while lo < k - 2 and values[lo + 1] <= v:  # crowded buckets only
+                        lo += 1
+                    while lo > 0 and values[lo] > v:  # bucket index rounded up
+                        lo -= 1
+                    if lo > k - 2:
+                        lo = k - 2
+                    row = lo + np.int64(u * (values[lo + 1] - values[lo]) < v - values[lo])
+                if draw_by == "rr" or (draw_by == "either" and rr.shape[0] > 0):
+                    j = _rr_offset(rr_qd, rr_frac, rr_limit, rr_m, rng)
+                    if j < 0:
+                        j = row
+                    else:
+                        j = row + 1 + j
+                        if j >= n_classes:
+                            j -= n_classes
+                    out[i] = outputs[j]
+                else:
+                    qd = heads[row, 0]
+                    d = _digit(rng)
+                    if _bernoulli_first(d, qd, heads[row, 1], rng):  # the tail (rare), exactly
+                        cell_at[i - start] = -1 - group_draw(
+                            row, rng, order, cdf, group_end, group_q, n_groups
+                        )
+                    else:  # the same digit, uniform on the bulk's share, picks a cell
+                        w = (d - qd) * heads[row, 2]  # >= 0
+                        c = min(np.int64(w), np.int64(heads[row, 3]))  # w < K, up to rounding
+                        at = row * width + 2 * c
+                        prefetch(flat, at)
+                        cell_at[i - start] = at
+                        frac_at[i - start] = w - c  # >= 0
+            if draw_by == "tables" or (draw_by == "either" and rr.shape[0] == 0):
+                for i in range(start, stop):
+                    at = cell_at[i - start]
+                    if at < 0:
+                        j = -1 - at
+                    else:
+                        # Own output if frac < threshold, else the alias. Both are
+                        # non-negative floats, so their bit patterns compare alike;
+                        # the sign of the difference is a mask. (A float compare
+                        # and select compiles to a branch, mispredicted on every
+                        # other label.)
+                        keep = (frac_bits[i - start] - flat[at]) >> 63
+                        alias = flat[at + 1] >> 32
+                        j = alias + (((flat[at + 1] & 0xFFFFFFFF) - alias) & keep)
+                    out[i] = outputs[j]
 
     return discrete_rows
 
@@ -836,5 +884,6 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=
 def categorical_codes(codes, rng, tables):
     """An output index for each row index ``codes[i]``, drawn from the matrix
     the ``tables`` (:func:`categorical_tables`) were built from."""
-    n_out = int(max(tables[0][:, 1:, 1:3].max(), tables[1].max())) + 1
+    _, own, alias = unpack_cells(tables[1])
+    n_out = int(max(own.max(), alias.max(), tables[2].max())) + 1
     return sample_rows(rng, np.arange(n_out, dtype=np.float64), codes=codes, tables=tables).astype(np.int64)
