@@ -27,7 +27,7 @@ import numba
 import numpy as np
 
 from ._philox import begin_row
-from ._prefetch import prefetch
+from ._intrinsics import float_bits, prefetch
 
 _DIGIT = 2.0**53  # one digit = the 53 random bits of rng.random()
 _DIGIT_INT = 2**53
@@ -749,21 +749,18 @@ def _discrete_rows_kernel(rows_from, draw_by):
         frac_at = np.empty(_BLOCK)
         frac_bits = frac_at.view(np.int64)
         n = out.shape[0]
+        lo_at = np.empty(_BLOCK, dtype=np.int64)  # rounding: lower neighbour,
+        gap_at = np.empty(_BLOCK)  # its gap to the upper one,
+        off_at = np.empty(_BLOCK)  # and the label's offset from it
         for start in range(0, n, _BLOCK):
             stop = min(start + _BLOCK, n)
-            for i in range(start, stop):
-                begin_row(rng, i)  # keyed releases: row i reads its own stream
-                if rows_from == "codes" or (rows_from == "either" and k == 0):
-                    row = codes[i]
-                elif k == 1:
-                    row = 0
-                else:
-                    # Randomized rounding (001 §3): from v_l up to v_h with probability
-                    # (v - v_l) / (v_h - v_l); labels outside the grid go to its ends.
-                    # Branch-free in the common case (a mispredicted branch costs more
-                    # than the arithmetic).
+            if rows_from == "grid" or (rows_from == "either" and k > 1):
+                # Randomized rounding (001 §3): from v_l up to v_h with probability
+                # (v - v_l) / (v_h - v_l); labels outside the grid go to its ends.
+                # The neighbours first, in a pass without randomness (a chain of
+                # dependent loads the CPU overlaps across labels).
+                for i in range(start, stop):
                     v = min(max(y[i], values[0]), values[k - 1])
-                    u = rng.random()
                     lo = lower[min(np.int64((v - par[0]) * par[1]), n_buckets - 1)]
                     lo += np.int64(values[lo + 1] <= v)
                     while lo < k - 2 and values[lo + 1] <= v:  # crowded buckets only
@@ -772,7 +769,22 @@ def _discrete_rows_kernel(rows_from, draw_by):
                         lo -= 1
                     if lo > k - 2:
                         lo = k - 2
-                    row = lo + np.int64(u * (values[lo + 1] - values[lo]) < v - values[lo])
+                    lo_at[i - start] = lo
+                    gap_at[i - start] = values[lo + 1] - values[lo]
+                    off_at[i - start] = v - values[lo]
+            for i in range(start, stop):
+                begin_row(rng, i)  # keyed releases: row i reads its own stream
+                if rows_from == "codes" or (rows_from == "either" and k == 0):
+                    row = codes[i]
+                elif k == 1:
+                    row = 0
+                else:
+                    # Up when u (v_h - v_l) < v - v_l: both >= 0, compared as bits
+                    # (branch-free: the outcome is a coin flip).
+                    u = rng.random()
+                    row = lo_at[i - start] - (
+                        (float_bits(u * gap_at[i - start]) - float_bits(off_at[i - start])) >> 63
+                    )
                 if draw_by == "rr" or (draw_by == "either" and rr.shape[0] > 0):
                     j = _rr_offset(rr_qd, rr_frac, rr_limit, rr_m, rng)
                     if j < 0:

@@ -1,16 +1,21 @@
-"""A software prefetch for numba kernels (``llvm.prefetch``).
+"""Two LLVM operations numba does not expose, for the sampling kernels.
 
-Kernels that pick table entries at random can compute a block of addresses
-first, prefetch them, and read them afterwards: the cache misses then
-overlap instead of stalling one label at a time. A prefetch changes no
-value, only when memory arrives.
+* :func:`prefetch` (``llvm.prefetch``): kernels that pick table entries at
+  random compute a block of addresses first, prefetch them, and read them
+  afterwards, so the cache misses overlap instead of stalling one label at
+  a time. A prefetch changes no value, only when memory arrives.
+* :func:`float_bits`: the bit pattern of a float64 as an int64. Non-negative
+  floats compare as their bit patterns do, so ``(float_bits(a) -
+  float_bits(b)) >> 63`` is -1 exactly when ``a < b``: a mask. A float
+  compare feeding a select compiles to a branch, mispredicted on every
+  other label when the outcome is a coin flip.
 """
 
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-__all__ = ["prefetch"]
+__all__ = ["prefetch", "float_bits"]
 
 
 @intrinsic
@@ -32,5 +37,16 @@ def prefetch(typingctx, array, index):
         # (address, read = 0, locality = 3: keep in all levels, data cache = 1)
         builder.call(fn, [byte_ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
         return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def float_bits(typingctx, x):
+    """The IEEE-754 bit pattern of the float64 ``x``, as an int64."""
+    sig = types.int64(types.float64)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(64))
 
     return sig, codegen
