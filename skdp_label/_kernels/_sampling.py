@@ -893,6 +893,49 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=
     return out
 
 
+@numba.njit(cache=True, nogil=True)
+def _piece_rows(y, left, right, rng, rows):
+    m = left.shape[0]
+    for i in range(y.shape[0]):
+        x = y[i]
+        lo = 0  # the number of piece starts <= x
+        if m <= 64:  # a branch-free count (SIMD) beats mispredicted bisection steps
+            for j in range(m):
+                lo += np.int64(left[j] <= x)
+        else:
+            hi = m
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if left[mid] <= x:
+                    lo = mid + 1
+                else:
+                    hi = mid
+        pos = min(max(lo - 1, 0), m - 1)
+        a = left[pos]
+        width = right[pos] - a
+        t = (x - a) / width if width > 0.0 else 0.0
+        t = min(max(t, 0.0), 1.0) + 0.0  # + 0.0: no -0.0 (its bits compare as negative)
+        begin_row(rng, i)  # keyed releases: row i reads its own stream
+        u = rng.random()
+        rows[i] = 2 * pos - ((float_bits(u) - float_bits(t)) >> 63)  # + 1 when u < t
+
+
+def piece_rows(y, left, right, rng):
+    """Row ``2 p + e`` of each label: ``p`` the last piece whose start
+    ``left[p]`` is <= the label (clipped to the pieces), ``e`` = 1 (the
+    piece's right end) with probability ``t``, the label's position in
+    ``[left[p], right[p]]`` (0 on an empty piece): one uniform per label,
+    the same stream as ``uniforms(rng, n) < t``. The end rows' mixture is the
+    affine interpolation inside the piece (randomized quantization, 002)."""
+    y = np.ascontiguousarray(y, dtype=np.float64)
+    rows = np.empty(y.shape[0], dtype=np.int64)
+    _piece_rows(
+        y, np.ascontiguousarray(left, dtype=np.float64),
+        np.ascontiguousarray(right, dtype=np.float64), rng, rows,
+    )
+    return rows
+
+
 def categorical_codes(codes, rng, tables):
     """An output index for each row index ``codes[i]``, drawn from the matrix
     the ``tables`` (:func:`categorical_tables`) were built from."""
