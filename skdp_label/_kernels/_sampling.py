@@ -449,9 +449,11 @@ def _rr_offset(qd, frac, limit, m, rng):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def rr_code(code, n_classes, c, rng):
-    """k-ary RR of one class code (constants ``c`` from :func:`rr_constants`)."""
-    j = _rr_offset(c[0], c[1], c[2], c[3], rng)
+def rr_code(code, n_classes, qd, frac, limit, m, rng):
+    """k-ary RR of one class code (constants ``qd, frac, limit, m`` from
+    :func:`rr_constants`: scalars, since numba's inlining of a helper that
+    takes an array adds reference counting per label)."""
+    j = _rr_offset(qd, frac, limit, m, rng)
     if j < 0:
         return code
     out = code + 1 + j  # < 2k: a subtraction, not a modulo
@@ -472,9 +474,10 @@ def randomized_response_contiguous(y, rng, lo, n_classes, c):
 
 @numba.njit(cache=True, nogil=True)
 def _randomized_response_contiguous(y, rng, lo, n_classes, c, out):
+    qd, frac, limit, m = c[0], c[1], c[2], c[3]
     for i in range(y.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
-        out[i] = lo + rr_code(np.int64(y[i] - lo), n_classes, c, rng)
+        out[i] = lo + rr_code(np.int64(y[i] - lo), n_classes, qd, frac, limit, m, rng)
     return out
 
 
@@ -488,9 +491,10 @@ def randomized_response_indices(codes, rng, n_classes, c):
 
 @numba.njit(cache=True, nogil=True)
 def _randomized_response_indices(codes, rng, n_classes, c, out):
+    qd, frac, limit, m = c[0], c[1], c[2], c[3]
     for i in range(codes.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
-        out[i] = rr_code(codes[i], n_classes, c, rng)
+        out[i] = rr_code(codes[i], n_classes, qd, frac, limit, m, rng)
     return out
 
 

@@ -37,6 +37,8 @@ def _bins_kernel(sample):
         k = values.shape[0]
         nb = starts.shape[0] - 1
         n_bins = outputs.shape[0]
+        if sample:
+            qd, frac, limit, m = c[0], c[1], c[2], c[3]
         for n in range(y.shape[0]):
             # Nearest domain value (ties up, clipped), then its bin.
             v = y[n]
@@ -63,7 +65,7 @@ def _bins_kernel(sample):
                     bin_ = bin_map[j + ((float_bits(v - values[j - 1]) - float_bits(values[j] - v)) >> 63)]
             if sample:
                 begin_row(rng, n)  # keyed releases: row n reads its own stream
-                out[n] = outputs[rr_code(bin_, n_bins, c, rng)]
+                out[n] = outputs[rr_code(bin_, n_bins, qd, frac, limit, m, rng)]
             else:
                 out[n] = bin_
 
