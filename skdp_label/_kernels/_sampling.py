@@ -456,10 +456,14 @@ def rr_code(code, n_classes, qd, frac, limit, m, rng):
     j = _rr_offset(qd, frac, limit, m, rng)
     if j < 0:
         return code
-    out = code + 1 + j  # < 2k: a subtraction, not a modulo
-    if out >= n_classes:
-        out -= n_classes
-    return out
+    return _wrap(code + 1 + j, n_classes)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _wrap(j, n):
+    """``j - n`` if ``j >= n`` else ``j`` (0 <= j < 2n): a subtraction, not a
+    modulo, and a mask, not a branch (taken for a random share of labels)."""
+    return j - (n & ((n - 1 - j) >> 63))
 
 
 def randomized_response_contiguous(y, rng, lo, n_classes, c):
@@ -804,12 +808,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
                     )
                 if draw_by == "rr" or (draw_by == "either" and rr.shape[0] > 0):
                     j = _rr_offset(rr_qd, rr_frac, rr_limit, rr_m, rng)
-                    if j < 0:
-                        j = row
-                    else:
-                        j = row + 1 + j
-                        if j >= n_classes:
-                            j -= n_classes
+                    j = row if j < 0 else _wrap(row + 1 + j, n_classes)
                     out[i] = outputs[j]
                 else:
                     qd = heads[row, 0]
