@@ -228,25 +228,6 @@ def test_cell_thresholds_compare_as_their_floats():
     np.testing.assert_array_equal(a.view(np.int64) < b.view(np.int64), a < b)
 
 
-def test_float_quotient_modulo_is_exact():
-    from numba import njit
-
-    @njit
-    def mod_all(a, m):
-        out = np.empty_like(a)
-        for i in range(a.shape[0]):
-            out[i] = S._mod(a[i], m, 1.0 / m)
-        return out
-
-    rng = np.random.default_rng(3)
-    for m in [1, 2, 3, 10, 399, 400, 2**31 - 1, 2**52 - 1, 2**53 - 1]:
-        a = np.concatenate([
-            rng.integers(0, 2**53, 20_000), np.arange(1000), 2**53 - 1 - np.arange(1000),
-            (np.arange(1, 500) * m) % 2**53, (np.arange(1, 500) * m - 1) % 2**53,
-        ]).astype(np.int64)
-        np.testing.assert_array_equal(mod_all(a, np.int64(m)), a % m)
-
-
 @pytest.mark.parametrize("n_pieces", [1, 5, 64, 65, 300])
 @pytest.mark.parametrize("keyed", [False, True])
 def test_piece_rows_is_the_vectorised_end_choice(n_pieces, keyed):

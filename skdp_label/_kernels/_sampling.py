@@ -417,19 +417,6 @@ def rr_constants(n_classes, flip_probability):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _mod(a, m, inv_m):
-    """``a % m`` for 0 <= a < 2**53 and m >= 1, ``inv_m = 1 / m``: the
-    quotient from a float product is off by at most one (relative error
-    2**-52 of a quotient below 2**52 when m >= 2; exact when m = 1), fixed by
-    two branch-free corrections. An integer division costs ~40 cycles, and
-    RR over hundreds of classes replaces nearly every label."""
-    r = a - np.int64(a * inv_m) * m
-    r += m & (r >> 63)  # quotient one too large: r < 0
-    r -= m & ~((r - m) >> 63)  # one too small: r >= m
-    return r
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
 def _rr_offset(qd, frac, limit, m, rng):
     """-1 (keep) or the index in [0, m) of the replacing class among the m others.
 
@@ -441,7 +428,7 @@ def _rr_offset(qd, frac, limit, m, rng):
     d = _digit(rng)
     if d < qd:
         if d < limit:
-            return _mod(np.int64(d), np.int64(m), 1.0 / m)
+            return np.int64(d) % np.int64(m)
         return np.int64(uniform_index(m, rng))
     if d > qd or not bernoulli_exact(frac, rng):
         return np.int64(-1)
@@ -456,14 +443,10 @@ def rr_code(code, n_classes, qd, frac, limit, m, rng):
     j = _rr_offset(qd, frac, limit, m, rng)
     if j < 0:
         return code
-    return _wrap(code + 1 + j, n_classes)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _wrap(j, n):
-    """``j - n`` if ``j >= n`` else ``j`` (0 <= j < 2n): a subtraction, not a
-    modulo, and a mask, not a branch (taken for a random share of labels)."""
-    return j - (n & ((n - 1 - j) >> 63))
+    out = code + 1 + j  # < 2k: a subtraction, not a modulo
+    if out >= n_classes:
+        out -= n_classes
+    return out
 
 
 def randomized_response_contiguous(y, rng, lo, n_classes, c):
@@ -684,8 +667,9 @@ def categorical_tables(matrix, rtol=_ALIAS_RTOL):
     for i, (bulk, tail, prob, alias) in enumerate(rows):
         outputs = np.flatnonzero(bulk)
         k = prob.shape[0]
-        # + 0.0: no -0.0, whose bit pattern would compare as negative.
-        cells[i, :k, 0] = (np.clip(prob, 0.0, 1.0) + 0.0).view(np.int64)
+        # Non-negative, and + 0.0: no -0.0, whose bit pattern compares as negative
+        # (the kernel compares thresholds as integers; same outcomes as floats).
+        cells[i, :k, 0] = (np.maximum(prob, 0.0) + 0.0).view(np.int64)
         if outputs.size:
             cells[i, :k, 1] = outputs | (outputs[alias] << 32)
         qd, frac = split_probability(tail)
@@ -709,8 +693,9 @@ def unpack_cells(cells):
 
 
 _NO_TABLES = (
-    np.zeros((1, 4)), np.zeros((1, 1, 2), np.int64), np.zeros((1, 1), np.int64), np.ones((1, 1)), np.ones((1, 1), np.int64),
-    np.ones((1, 1)), np.ones(1, np.int64),
+    np.zeros((1, 4)), np.zeros((1, 1, 2), np.int64),  # heads, cells
+    np.zeros((1, 1), np.int64), np.ones((1, 1)), np.ones((1, 1), np.int64),  # order, cdf, ends
+    np.ones((1, 1)), np.ones(1, np.int64),  # group_q, n_groups
 )
 
 
@@ -808,7 +793,12 @@ def _discrete_rows_kernel(rows_from, draw_by):
                     )
                 if draw_by == "rr" or (draw_by == "either" and rr.shape[0] > 0):
                     j = _rr_offset(rr_qd, rr_frac, rr_limit, rr_m, rng)
-                    j = row if j < 0 else _wrap(row + 1 + j, n_classes)
+                    if j < 0:
+                        j = row
+                    else:
+                        j = row + 1 + j
+                        if j >= n_classes:
+                            j -= n_classes
                     out[i] = outputs[j]
                 else:
                     qd = heads[row, 0]

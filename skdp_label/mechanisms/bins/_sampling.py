@@ -62,7 +62,8 @@ def _bins_kernel(sample):
                     # 0 < j < k; ties go up: j - 1 when v - values[j - 1] <
                     # values[j] - v, both >= 0, so compared as bit patterns (a
                     # mask, not a mispredicted branch).
-                    bin_ = bin_map[j + ((float_bits(v - values[j - 1]) - float_bits(values[j] - v)) >> 63)]
+                    below = (float_bits(v - values[j - 1]) - float_bits(values[j] - v)) >> 63
+                    bin_ = bin_map[j + below]
             if sample:
                 begin_row(rng, n)  # keyed releases: row n reads its own stream
                 out[n] = outputs[rr_code(bin_, n_bins, qd, frac, limit, m, rng)]
