@@ -721,8 +721,8 @@ def _discrete_rows_kernel(rows_from, draw_by):
 
     @numba.njit(cache=True, nogil=True)
     def discrete_rows(
-        codes, y, values, lower, par, rr, rng, outputs, out,
-        heads, cells, order, cdf, group_end, group_q, n_groups,
+        codes, y, values, lower, par, rr, rng, outputs, out, ibuf, fbuf,
+        heads, flat, width, order, cdf, group_end, group_q, n_groups,
     ):
         """Every finite-output sampler.
 
@@ -749,15 +749,13 @@ def _discrete_rows_kernel(rows_from, draw_by):
         # has tables of megabytes, and waiting for one cache miss per label
         # was most of the cost. The random stream is read in the same order
         # as by a single pass.
-        flat = cells.reshape(-1)
-        width = 2 * cells.shape[1]
-        cell_at = np.empty(_BLOCK, dtype=np.int64)  # cell's offset in flat, or -1 - output (tail)
-        frac_at = np.empty(_BLOCK)
-        frac_bits = frac_at.view(np.int64)
+        # Block buffers (allocated by the caller: fewer numpy calls to compile).
+        cell_at = ibuf[0]  # cell's offset in flat, or -1 - output (tail)
+        frac_bits = ibuf[1]  # bit pattern of the label's fraction in its cell
         n = out.shape[0]
-        lo_at = np.empty(_BLOCK, dtype=np.int64)  # rounding: lower neighbour,
-        gap_at = np.empty(_BLOCK)  # its gap to the upper one,
-        off_at = np.empty(_BLOCK)  # and the label's offset from it
+        lo_at = ibuf[2]  # rounding: lower neighbour,
+        gap_at = fbuf[0]  # its gap to the upper one,
+        off_at = fbuf[1]  # and the label's offset from it
         for start in range(0, n, _BLOCK):
             stop = min(start + _BLOCK, n)
             if rows_from == "grid" or (rows_from == "either" and k > 1):
@@ -813,7 +811,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
                         at = row * width + 2 * c
                         prefetch(flat, at)
                         cell_at[i - start] = at
-                        frac_at[i - start] = w - c  # >= 0
+                        frac_bits[i - start] = float_bits(w - c)  # w - c >= 0
             if draw_by == "tables" or (draw_by == "either" and rr.shape[0] == 0):
                 for i in range(start, stop):
                     at = cell_at[i - start]
@@ -895,7 +893,11 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=
         rr = _EMPTY_F
     out = np.empty(n, dtype=np.float64)
     outputs = np.ascontiguousarray(outputs, dtype=np.float64)
-    _DISCRETE_ROWS[rounding, use_rr](codes, y, *grid, rr, rng, outputs, out, *tables)
+    heads, cells, *groups = tables
+    _DISCRETE_ROWS[rounding, use_rr](
+        codes, y, *grid, rr, rng, outputs, out, np.empty((3, _BLOCK), dtype=np.int64),
+        np.empty((2, _BLOCK)), heads, cells.reshape(-1), 2 * cells.shape[1], *groups,
+    )
     return out
 
 
