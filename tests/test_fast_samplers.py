@@ -23,9 +23,8 @@ from test_numerics import DIGIT, _implied, scripted
 def implied_matrix(tables, n_out):
     """The distribution each row of ``tables`` samples from (up to digit
     quantisation, which the builder bounds)."""
-    cells = tables[0]
-    split, cell_prob = cells[:, 0], cells[:, 1:, 0]
-    cell_keep, cell_alias = cells[:, 1:, 1].astype(np.int64), cells[:, 1:, 2].astype(np.int64)
+    split = tables[0]
+    cell_prob, cell_keep, cell_alias = S.unpack_cells(tables[1])
     n_rows = split.shape[0]
     out = np.zeros((n_rows, n_out))
     for i in range(n_rows):
@@ -36,7 +35,7 @@ def implied_matrix(tables, n_out):
             np.add.at(out[i], cell_alias[i, :k], (1.0 - cell_prob[i, :k]) / k * (1.0 - tail))
         if tail > 0.0:
             # The exponent groups over the row's tail entries (columns order[i]).
-            order, *groups = tables[1:]
+            order, *groups = tables[2:]
             positions = np.arange(order.shape[1])[None, :].repeat(n_rows, axis=0)
             np.add.at(out[i], order[i], tail * _implied((positions, *groups), i))
     return out
@@ -61,7 +60,7 @@ def test_tables_reproduce_every_entry_to_1e_9(seed):
     rel = np.abs(implied[positive] - matrix[positive]) / matrix[positive]
     assert rel.max() <= 1e-9
     # The tiny entries are in the tail (not the alias table): 2**-20 is the floor.
-    split, cell_keep = tables[0][:, 0], tables[0][:, 1:, 1].astype(np.int64)
+    split, (_, cell_keep, _) = tables[0], S.unpack_cells(tables[1])
     for i in range(matrix.shape[0]):
         k = int(split[i, 3]) + 1
         assert np.all(matrix[i, cell_keep[i, :k]] >= 2.0**-20)
@@ -71,8 +70,8 @@ def test_a_tight_tolerance_moves_entries_to_the_exact_tail():
     matrix = _matrix(3)
     loose, tight = S.categorical_tables(matrix), S.categorical_tables(matrix, rtol=1e-15)
     # Fewer cells pass the tight check; what is sampled is still the matrix.
-    assert (tight[0][:, 0, 3] <= loose[0][:, 0, 3]).all()
-    assert (tight[0][:, 0, 0] >= loose[0][:, 0, 0]).all() and (tight[0][:, 0, 3] < loose[0][:, 0, 3]).any()
+    assert (tight[0][:, 3] <= loose[0][:, 3]).all()
+    assert (tight[0][:, 0] >= loose[0][:, 0]).all() and (tight[0][:, 3] < loose[0][:, 3]).any()
     implied = implied_matrix(tight, matrix.shape[1])
     positive = matrix > 0
     assert np.max(np.abs(implied[positive] - matrix[positive]) / matrix[positive]) <= 1e-9
@@ -105,9 +104,9 @@ def test_tail_reaches_a_1e_300_entry_and_the_bulk_the_rest():
     assert out[0] == 0.0
     # A mutated table without the tail (bulk only) never produces entry 2: the
     # tail split is what the scripted draw above goes through.
-    cells = tables[0].copy()
-    cells[:, 0, :2] = 0.0
-    broken = (cells, *tables[1:])
+    heads = tables[0].copy()
+    heads[:, :2] = 0.0
+    broken = (heads, *tables[1:])
     out = S.sample_rows(scripted([0] + [0] * 19 + [123]), outputs, codes=np.array([0]), tables=broken)
     assert out[0] != 2.0
 
@@ -139,3 +138,111 @@ def test_rounding_in_the_kernel_is_unbiased_and_picks_the_reference_neighbours(v
         ups = int(np.sum(out == values[hi]))
         assert ups + int(np.sum(out == values[hi - 1])) == n
         assert stats.binomtest(ups, n, p_up).pvalue > 1e-4
+
+
+# -- the blocked kernel draws what a label-by-label sampler draws --------------
+
+
+def _one_by_one(rng, outputs, tables, codes=None, y=None, values=None):
+    """Reference: the alias-with-tail sampler label by label in Python, reading
+    ``rng`` in the order of the single-pass algorithm (rounding uniform, then
+    the digit, then any tail digits), with float compares."""
+    heads, cells, order, cdf, group_end, group_q, n_groups = tables
+    prob, own, alias = S.unpack_cells(cells)
+    n = codes.shape[0] if codes is not None else y.shape[0]
+    out = np.empty(n)
+    for i in range(n):
+        if hasattr(rng, "begin_row"):
+            rng.begin_row(i)
+        if codes is not None:
+            row = int(codes[i])
+        else:
+            v = min(max(y[i], values[0]), values[-1])
+            lo = int(np.clip(np.searchsorted(values, v, side="right") - 1, 0, values.size - 2))
+            u = rng.random()
+            row = lo + int(u * (values[lo + 1] - values[lo]) < v - values[lo])
+        qd, frac, scale, last = heads[row]
+        d = rng.random() * DIGIT
+        if d < qd or (d == qd and S.bernoulli_exact(frac, rng)):
+            j = S.group_draw(row, rng, order, cdf, group_end, group_q, n_groups)
+        else:
+            w = (d - qd) * scale
+            c = min(int(w), int(last))
+            j = own[row, c] if w - c < prob[row, c] else alias[row, c]
+        out[i] = outputs[j]
+    return out
+
+
+def _heavy_tail_matrix():
+    """Rows with a bulk and ~2 % of tail mass spread over 20,000 entries
+    below 2**-20, so tail draws fall inside blocks of bulk draws."""
+    matrix = np.hstack([_matrix(4), np.full((5, 20_000), 9e-7)])
+    return matrix / matrix.sum(axis=1, keepdims=True)
+
+
+def _keyed(n):
+    from skdp_label._kernels._philox import KeyedRows
+
+    lo = np.arange(n, dtype=np.uint64) * np.uint64(7919)
+    return KeyedRows(np.uint64(5), np.uint64(6), np.uint64(0), lo, lo + np.uint64(1))
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+@pytest.mark.parametrize("rounding", [False, True])
+def test_blocked_kernel_is_the_label_by_label_sampler(keyed, rounding):
+    # 600 labels: two full blocks of 256 and a partial one, ~12 tail draws
+    # (rtol=1e-12 moves a few more entries to the tail).
+    matrix = _heavy_tail_matrix()
+    tables = S.categorical_tables(matrix, rtol=1e-12)
+    assert 0.0 < tables[0][:, 0].min() / DIGIT < 0.5  # a tail in every row, and a bulk
+    outputs = np.arange(matrix.shape[1]) * 0.5 - 3.0
+    n = 600
+    gen = np.random.default_rng(21)
+    values = np.array([0.0, 1.0, 2.5, 3.0, 7.0])
+    kwargs = {"y": gen.uniform(-1.0, 8.0, n)} if rounding else {"codes": gen.integers(0, 5, n)}
+    source = (lambda: _keyed(n)) if keyed else (lambda: np.random.default_rng(99))
+    grid = {"grid": S.rounding_grid(values)} if rounding else {}
+    got = S.sample_rows(source(), outputs, tables=tables, **kwargs, **grid)
+    ref = _one_by_one(source(), outputs, tables, values=values, **kwargs)
+    np.testing.assert_array_equal(got, ref)
+    tail = ~np.isin(got, outputs[:14])
+    assert tail.sum() >= 3  # the tail path ran inside the blocks (fixed seeds and keys)
+    # Mutation: swapping each cell's own and alias outputs changes the draws
+    # (the comparison above sees the cell select).
+    heads, cells, *rest = tables
+    swapped = cells.copy()
+    swapped[..., 1] = (cells[..., 1] >> 32) | ((cells[..., 1] & 0xFFFFFFFF) << 32)
+    mutated = S.sample_rows(source(), outputs, tables=(heads, swapped, *rest), **kwargs, **grid)
+    assert not np.array_equal(mutated, ref)
+
+
+def test_cell_thresholds_compare_as_their_floats():
+    # The kernel compares non-negative floats through their bit patterns; the
+    # packed thresholds must be +0.0 or positive, never -0.0.
+    tables = S.categorical_tables(_heavy_tail_matrix())
+    prob, own, alias = S.unpack_cells(tables[1])
+    assert np.all(tables[1][..., 0] >= 0) and np.all((prob >= 0) & (prob <= 1))
+    assert np.all(np.signbit(prob) == False)  # noqa: E712
+    x = np.concatenate([prob.ravel(), [0.0, 5e-324, 0.5, 1.0, 1.5]])
+    a, b = np.meshgrid(x[:200], x[:200])
+    np.testing.assert_array_equal(a.view(np.int64) < b.view(np.int64), a < b)
+
+
+@pytest.mark.parametrize("n_pieces", [1, 5, 64, 65, 300])
+@pytest.mark.parametrize("keyed", [False, True])
+def test_piece_rows_is_the_vectorised_end_choice(n_pieces, keyed):
+    from skdp_label._kernels._philox import uniforms
+    from skdp_label.mechanisms.quantization._core import Pieces
+
+    rng = np.random.default_rng(n_pieces)
+    edges = np.sort(rng.uniform(0.0, 10.0, n_pieces + 1))
+    edges[0], edges[-1] = 0.0, 10.0
+    right = edges[1:].copy()
+    if n_pieces > 2:
+        right[1] = edges[1]  # an empty piece: t = 0
+    pieces = Pieces(edges[:-1], right, 0.0, 10.0)
+    y = np.concatenate([rng.uniform(0.0, 10.0, 2000), edges, [0.0, 10.0]])
+    source = (lambda: _keyed(y.size)) if keyed else (lambda: np.random.default_rng(7))
+    pos, t = pieces.locate(y)
+    ref = 2 * pos + (uniforms(source(), y.size) < t)
+    np.testing.assert_array_equal(S.piece_rows(y, pieces.left, pieces.right, source()), ref)

@@ -27,6 +27,7 @@ import numba
 import numpy as np
 
 from ._philox import begin_row
+from ._intrinsics import float_bits, prefetch
 
 _DIGIT = 2.0**53  # one digit = the 53 random bits of rng.random()
 _DIGIT_INT = 2**53
@@ -502,9 +503,11 @@ def _rr_offset(qd, frac, limit, m, rng):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def rr_code(code, n_classes, c, rng):
-    """k-ary RR of one class code (constants ``c`` from :func:`rr_constants`)."""
-    j = _rr_offset(c[0], c[1], c[2], c[3], rng)
+def rr_code(code, n_classes, qd, frac, limit, m, rng):
+    """k-ary RR of one class code (constants ``qd, frac, limit, m`` from
+    :func:`rr_constants`: scalars, since numba's inlining of a helper that
+    takes an array adds reference counting per label)."""
+    j = _rr_offset(qd, frac, limit, m, rng)
     if j < 0:
         return code
     out = code + 1 + j  # < 2k: a subtraction, not a modulo
@@ -525,9 +528,10 @@ def randomized_response_contiguous(y, rng, lo, n_classes, c):
 
 @numba.njit(cache=True, nogil=True)
 def _randomized_response_contiguous(y, rng, lo, n_classes, c, out):
+    qd, frac, limit, m = c[0], c[1], c[2], c[3]
     for i in range(y.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
-        out[i] = lo + rr_code(np.int64(y[i] - lo), n_classes, c, rng)
+        out[i] = lo + rr_code(np.int64(y[i] - lo), n_classes, qd, frac, limit, m, rng)
     return out
 
 
@@ -541,9 +545,10 @@ def randomized_response_indices(codes, rng, n_classes, c):
 
 @numba.njit(cache=True, nogil=True)
 def _randomized_response_indices(codes, rng, n_classes, c, out):
+    qd, frac, limit, m = c[0], c[1], c[2], c[3]
     for i in range(codes.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
-        out[i] = rr_code(codes[i], n_classes, c, rng)
+        out[i] = rr_code(codes[i], n_classes, qd, frac, limit, m, rng)
     return out
 
 
@@ -696,11 +701,14 @@ def categorical_tables(matrix, rtol=_ALIAS_RTOL):
     quantisation); entries that fail move to the tail. Zero entries are in
     neither and are never produced.
 
-    Returns a tuple of arrays (pass it whole to the kernels): ``cells`` of
-    shape (n_rows, 1 + K, 4), one 32-byte record per cell so that a draw
-    touches two cache lines (row header and cell) -- record 0 of a row is
-    (tail digit threshold, its fraction, bulk scale, last cell), record
-    1 + j is (threshold, own output, alias output, 0) -- then the
+    Returns a tuple of arrays (pass it whole to the kernels): ``heads`` of
+    shape (n_rows, 4), each row's (tail digit threshold, its fraction, bulk
+    scale, last cell), a few kilobytes that stay in the L1 cache; ``cells``
+    of shape (n_rows, K, 2), one 16-byte int64 record per alias cell so that
+    a draw touches one cache line of the (megabytes) table: the bit pattern
+    of the cell's threshold (a float64 in [0, 1], compared as an integer,
+    which orders non-negative floats as the floats) and ``own | alias <<
+    32`` (:func:`unpack_cells` decodes them); then the
     :func:`exponent_groups` tables of the tails.
     """
     matrix = np.asarray(matrix, dtype=np.float64)
@@ -709,9 +717,12 @@ def categorical_tables(matrix, rtol=_ALIAS_RTOL):
     for i in range(n_rows):
         p = matrix[i] / math.fsum(matrix[i])
         rows.append(_alias_with_tail(p, rtol))
+    if n_out >= 2**31:
+        raise ValueError("at most 2**31 - 1 outputs: a cell packs two output indices in 64 bits.")
     width = max(int(r[2].shape[0]) for r in rows)
-    cells = np.zeros((n_rows, 1 + width, 4))
-    cells[:, 1:, 0] = 1.0
+    heads = np.zeros((n_rows, 4))
+    cells = np.zeros((n_rows, width, 2), dtype=np.int64)
+    cells[:, :, 0] = np.float64(1.0).view(np.int64)
     # The tail tables hold only each row's tail entries (columns tail_cols).
     smalls = []
     for i, (bulk, tail, _, _) in enumerate(rows):
@@ -723,12 +734,13 @@ def categorical_tables(matrix, rtol=_ALIAS_RTOL):
     for i, (bulk, tail, prob, alias) in enumerate(rows):
         outputs = np.flatnonzero(bulk)
         k = prob.shape[0]
-        cells[i, 1 : k + 1, 0] = prob
+        # Non-negative, and + 0.0: no -0.0, whose bit pattern compares as negative
+        # (the kernel compares thresholds as integers; same outcomes as floats).
+        cells[i, :k, 0] = (np.maximum(prob, 0.0) + 0.0).view(np.int64)
         if outputs.size:
-            cells[i, 1 : k + 1, 1] = outputs
-            cells[i, 1 : k + 1, 2] = outputs[alias]
+            cells[i, :k, 1] = outputs | (outputs[alias] << 32)
         qd, frac = split_probability(tail)
-        cells[i, 0] = qd, frac, k / (_DIGIT - qd) if qd < _DIGIT else 0.0, k - 1
+        heads[i] = qd, frac, k / (_DIGIT - qd) if qd < _DIGIT else 0.0, k - 1
         small = smalls[i]
         if small.size:
             p = matrix[i] / math.fsum(matrix[i])
@@ -738,16 +750,26 @@ def categorical_tables(matrix, rtol=_ALIAS_RTOL):
             tail_rows[i, 0] = 1.0  # never reached: Bernoulli(0)
     order, *groups = exponent_groups(tail_rows)
     order = np.take_along_axis(tail_cols, order, axis=1)  # positions -> output indices
-    return (cells, order, *groups)
+    return (heads, cells, order, *groups)
+
+
+def unpack_cells(cells):
+    """(threshold, own output, alias output) of every cell of
+    :func:`categorical_tables`' packed ``cells``."""
+    return cells[..., 0].view(np.float64), cells[..., 1] & 0xFFFFFFFF, cells[..., 1] >> 32
 
 
 _NO_TABLES = (
-    np.zeros((1, 2, 4)), np.zeros((1, 1), np.int64), np.ones((1, 1)), np.ones((1, 1), np.int64),
-    np.ones((1, 1)), np.ones(1, np.int64),
+    np.zeros((1, 4)), np.zeros((1, 1, 2), np.int64),  # heads, cells
+    np.zeros((1, 1), np.int64), np.ones((1, 1)), np.ones((1, 1), np.int64),  # order, cdf, ends
+    np.ones((1, 1)), np.ones(1, np.int64),  # group_q, n_groups
 )
 
 
 _EMPTY_F = np.zeros(0)
+# Labels per block of the two-pass alias draw (buffers of 16 bytes a label):
+# enough loads in flight, buffers and prefetched lines well inside L1.
+_BLOCK = 256
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 
 
@@ -766,8 +788,8 @@ def _discrete_rows_kernel(rows_from, draw_by):
 
     @numba.njit(cache=True, nogil=True)
     def discrete_rows(
-        codes, y, values, lower, par, rr, rng, outputs, out,
-        cells, order, cdf, group_end, group_q, n_groups,
+        codes, y, values, lower, par, rr, rng, outputs, out, ibuf, fbuf,
+        heads, flat, width, order, cdf, group_end, group_q, n_groups,
     ):
         """Every finite-output sampler.
 
@@ -788,48 +810,90 @@ def _discrete_rows_kernel(rows_from, draw_by):
         else:
             rr_qd = rr_frac = rr_limit = rr_m = 0.0
             n_classes = 0
-        for i in range(out.shape[0]):
-            begin_row(rng, i)  # keyed releases: row i reads its own stream
-            if rows_from == "codes" or (rows_from == "either" and k == 0):
-                row = codes[i]
-            elif k == 1:
-                row = 0
-            else:
+        # Alias draws run in blocks of two passes: the first reads the random
+        # source and the row headers, picks each label's cell and prefetches
+        # it; the second reads the cells. A matrix with hundreds of outputs
+        # has tables of megabytes, and waiting for one cache miss per label
+        # was most of the cost. The random stream is read in the same order
+        # as by a single pass.
+        # Block buffers (allocated by the caller: fewer numpy calls to compile).
+        cell_at = ibuf[0]  # cell's offset in flat, or -1 - output (tail)
+        frac_bits = ibuf[1]  # bit pattern of the label's fraction in its cell
+        n = out.shape[0]
+        lo_at = ibuf[2]  # rounding: lower neighbour,
+        gap_at = fbuf[0]  # its gap to the upper one,
+        off_at = fbuf[1]  # and the label's offset from it
+        for start in range(0, n, _BLOCK):
+            stop = min(start + _BLOCK, n)
+            if rows_from == "grid" or (rows_from == "either" and k > 1):
                 # Randomized rounding (001 §3): from v_l up to v_h with probability
                 # (v - v_l) / (v_h - v_l); labels outside the grid go to its ends.
-                # Branch-free in the common case (a mispredicted branch costs more
-                # than the arithmetic).
-                v = min(max(y[i], values[0]), values[k - 1])
-                u = rng.random()
-                lo = lower[min(np.int64((v - par[0]) * par[1]), n_buckets - 1)]
-                lo += np.int64(values[lo + 1] <= v)
-                while lo < k - 2 and values[lo + 1] <= v:  # crowded buckets only
-                    lo += 1
-                while lo > 0 and values[lo] > v:  # bucket index rounded up
-                    lo -= 1
-                if lo > k - 2:
-                    lo = k - 2
-                row = lo + np.int64(u * (values[lo + 1] - values[lo]) < v - values[lo])
-            if draw_by == "rr" or (draw_by == "either" and rr.shape[0] > 0):
-                j = _rr_offset(rr_qd, rr_frac, rr_limit, rr_m, rng)
-                if j < 0:
-                    j = row
+                # The neighbours first, in a pass without randomness (a chain of
+                # dependent loads the CPU overlaps across labels).
+                for i in range(start, stop):
+                    v = min(max(y[i], values[0]), values[k - 1])
+                    lo = lower[min(np.int64((v - par[0]) * par[1]), n_buckets - 1)]
+                    lo += np.int64(values[lo + 1] <= v)
+                    while lo < k - 2 and values[lo + 1] <= v:  # crowded buckets only
+                        lo += 1
+                    while lo > 0 and values[lo] > v:  # bucket index rounded up
+                        lo -= 1
+                    if lo > k - 2:
+                        lo = k - 2
+                    lo_at[i - start] = lo
+                    gap_at[i - start] = values[lo + 1] - values[lo]
+                    off_at[i - start] = v - values[lo]
+            for i in range(start, stop):
+                begin_row(rng, i)  # keyed releases: row i reads its own stream
+                if rows_from == "codes" or (rows_from == "either" and k == 0):
+                    row = codes[i]
+                elif k == 1:
+                    row = 0
                 else:
-                    j = row + 1 + j
-                    if j >= n_classes:
-                        j -= n_classes
-            else:
-                qd = cells[row, 0, 0]
-                d = _digit(rng)
-                if _bernoulli_first(d, qd, cells[row, 0, 1], rng):  # the tail (rare), exactly
-                    j = group_draw(row, rng, order, cdf, group_end, group_q, n_groups)
-                else:  # the same digit, uniform on the bulk's share, picks a cell
-                    w = (d - qd) * cells[row, 0, 2]
-                    c = min(np.int64(w), np.int64(cells[row, 0, 3]))  # w < K, up to rounding
-                    keep = w - c < cells[row, c + 1, 0]  # branch-free select
-                    alias = cells[row, c + 1, 2]
-                    j = np.int64(alias + keep * (cells[row, c + 1, 1] - alias))
-            out[i] = outputs[j]
+                    # Up when u (v_h - v_l) < v - v_l: both >= 0, compared as bits
+                    # (branch-free: the outcome is a coin flip).
+                    u = rng.random()
+                    row = lo_at[i - start] - (
+                        (float_bits(u * gap_at[i - start]) - float_bits(off_at[i - start])) >> 63
+                    )
+                if draw_by == "rr" or (draw_by == "either" and rr.shape[0] > 0):
+                    j = _rr_offset(rr_qd, rr_frac, rr_limit, rr_m, rng)
+                    if j < 0:
+                        j = row
+                    else:
+                        j = row + 1 + j
+                        if j >= n_classes:
+                            j -= n_classes
+                    out[i] = outputs[j]
+                else:
+                    qd = heads[row, 0]
+                    d = _digit(rng)
+                    if _bernoulli_first(d, qd, heads[row, 1], rng):  # the tail (rare), exactly
+                        cell_at[i - start] = -1 - group_draw(
+                            row, rng, order, cdf, group_end, group_q, n_groups
+                        )
+                    else:  # the same digit, uniform on the bulk's share, picks a cell
+                        w = (d - qd) * heads[row, 2]  # >= 0
+                        c = min(np.int64(w), np.int64(heads[row, 3]))  # w < K, up to rounding
+                        at = row * width + 2 * c
+                        prefetch(flat, at)
+                        cell_at[i - start] = at
+                        frac_bits[i - start] = float_bits(w - c)  # w - c >= 0
+            if draw_by == "tables" or (draw_by == "either" and rr.shape[0] == 0):
+                for i in range(start, stop):
+                    at = cell_at[i - start]
+                    if at < 0:
+                        j = -1 - at
+                    else:
+                        # Own output if frac < threshold, else the alias. Both are
+                        # non-negative floats, so their bit patterns compare alike;
+                        # the sign of the difference is a mask. (A float compare
+                        # and select compiles to a branch, mispredicted on every
+                        # other label.)
+                        keep = (frac_bits[i - start] - flat[at]) >> 63
+                        alias = flat[at + 1] >> 32
+                        j = alias + (((flat[at + 1] & 0xFFFFFFFF) - alias) & keep)
+                    out[i] = outputs[j]
 
     return discrete_rows
 
@@ -896,12 +960,60 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=
         rr = _EMPTY_F
     out = np.empty(n, dtype=np.float64)
     outputs = np.ascontiguousarray(outputs, dtype=np.float64)
-    _DISCRETE_ROWS[rounding, use_rr](codes, y, *grid, rr, rng, outputs, out, *tables)
+    heads, cells, *groups = tables
+    _DISCRETE_ROWS[rounding, use_rr](
+        codes, y, *grid, rr, rng, outputs, out, np.empty((3, _BLOCK), dtype=np.int64),
+        np.empty((2, _BLOCK)), heads, cells.reshape(-1), 2 * cells.shape[1], *groups,
+    )
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _piece_rows(y, left, right, rng, rows):
+    m = left.shape[0]
+    for i in range(y.shape[0]):
+        x = y[i]
+        lo = 0  # the number of piece starts <= x
+        if m <= 64:  # a branch-free count (SIMD) beats mispredicted bisection steps
+            for j in range(m):
+                lo += np.int64(left[j] <= x)
+        else:
+            hi = m
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if left[mid] <= x:
+                    lo = mid + 1
+                else:
+                    hi = mid
+        pos = min(max(lo - 1, 0), m - 1)
+        a = left[pos]
+        width = right[pos] - a
+        t = (x - a) / width if width > 0.0 else 0.0
+        t = min(max(t, 0.0), 1.0) + 0.0  # + 0.0: no -0.0 (its bits compare as negative)
+        begin_row(rng, i)  # keyed releases: row i reads its own stream
+        u = rng.random()
+        rows[i] = 2 * pos - ((float_bits(u) - float_bits(t)) >> 63)  # + 1 when u < t
+
+
+def piece_rows(y, left, right, rng):
+    """Row ``2 p + e`` of each label: ``p`` the last piece whose start
+    ``left[p]`` is <= the label (clipped to the pieces), ``e`` = 1 (the
+    piece's right end) with probability ``t``, the label's position in
+    ``[left[p], right[p]]`` (0 on an empty piece): one uniform per label,
+    the same stream as ``uniforms(rng, n) < t``. The end rows' mixture is the
+    affine interpolation inside the piece (randomized quantization, 002)."""
+    y = np.ascontiguousarray(y, dtype=np.float64)
+    rows = np.empty(y.shape[0], dtype=np.int64)
+    _piece_rows(
+        y, np.ascontiguousarray(left, dtype=np.float64),
+        np.ascontiguousarray(right, dtype=np.float64), rng, rows,
+    )
+    return rows
 
 
 def categorical_codes(codes, rng, tables):
     """An output index for each row index ``codes[i]``, drawn from the matrix
     the ``tables`` (:func:`categorical_tables`) were built from."""
-    n_out = int(max(tables[0][:, 1:, 1:3].max(), tables[1].max())) + 1
+    _, own, alias = unpack_cells(tables[1])
+    n_out = int(max(own.max(), alias.max(), tables[2].max())) + 1
     return sample_rows(rng, np.arange(n_out, dtype=np.float64), codes=codes, tables=tables).astype(np.int64)

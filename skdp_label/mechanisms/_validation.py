@@ -5,12 +5,14 @@ from numbers import Number, Real
 
 import numpy as np
 
+from .._kernels._sampling import count_outside
 from ..utils._repr import format_number, public_repr
 
 __all__ = [
     "check_bounds",
     "check_labels_in_bounds",
     "check_classes",
+    "check_class_labels",
     "check_integer_labels",
     "contiguous_integer_classes",
     "encode_classes",
@@ -114,6 +116,18 @@ def contiguous_integer_classes(classes):
     return None
 
 
+def check_class_labels(y, classes):
+    """Raise ValueError unless every label of ``y`` is one of ``classes``
+    (one pass, no allocation, for contiguous integer classes)."""
+    flat = np.ravel(y)
+    contiguous = contiguous_integer_classes(classes)
+    if contiguous is not None and flat.dtype.kind in "iuf":
+        lo, k = contiguous
+        if not count_outside(flat, lo, lo + k - 1, True):
+            return  # the common case
+    encode_classes(flat, classes)  # raises with details
+
+
 def encode_classes(y, classes):
     """Codes of ``y`` in ``classes`` (declared order); raise on unknown labels."""
     if y.dtype == object:
@@ -124,10 +138,12 @@ def encode_classes(y, classes):
                 )
     contiguous = contiguous_integer_classes(classes)
     if contiguous is not None and y.dtype.kind in "iuf":
-        # Contiguous integer classes: codes by subtraction (the common case).
-        codes = np.asarray(y, dtype=np.int64) - np.int64(contiguous[0])
-        ok = (y == np.round(y)) & (codes >= 0) & (codes < contiguous[1])
-        if ok.all():
+        # Contiguous integer classes (the common case): checked in one pass
+        # without temporaries, then codes by subtraction (one allocation).
+        lo, k = contiguous
+        if not count_outside(np.ravel(y), lo, lo + k - 1, True):
+            codes = np.array(y, dtype=np.int64)
+            codes -= np.int64(lo)
             return codes
     order = np.argsort(classes, kind="stable")
     sorted_classes = classes[order]

@@ -11,54 +11,70 @@ one read; the others start a short walk from the bucket's first domain value.
 import numba
 import numpy as np
 
+from ..._kernels._intrinsics import float_bits
 from ..._kernels._philox import begin_row
 from ..._kernels._sampling import rr_code, rr_constants
 from .._prior import nearest_domain_index
 
 __all__ = ["BinLookup"]
 
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _bin_of(v, values, bin_map, starts, pure, lo, inv_width):
-    """Bin of one label: nearest domain value (ties up, clipped), then its bin."""
-    k = values.shape[0]
-    nb = starts.shape[0] - 1
-    if v <= lo:
-        return bin_map[0]
-    if v >= values[k - 1]:
-        return bin_map[k - 1]
-    b = int((v - lo) * inv_width)
-    if b > nb - 1:
-        b = nb - 1
-    bin_ = pure[b]
-    if bin_ >= 0:
-        return bin_
-    j = starts[b]
-    # First j with values[j] >= v (the bucket start is within a step or two
-    # of it; the loops also absorb rounding of b).
-    while values[j] < v:
-        j += 1
-    while j > 0 and values[j - 1] >= v:
-        j -= 1
-    # 0 < j < k here; ties go up.
-    return bin_map[j - 1] if v - values[j - 1] < values[j] - v else bin_map[j]
+_NO_OUTPUTS = np.zeros(0)
 
 
-@numba.njit(cache=True, nogil=True)
-def _lookup(y, values, bin_map, starts, pure, lo, inv_width, codes):
-    for n in range(y.shape[0]):
-        codes[n] = _bin_of(y[n], values, bin_map, starts, pure, lo, inv_width)
+def _bins_kernel(sample):
+    """The label -> bin loop; with ``sample``, RR-on-Bins in the same pass:
+    bin -> k-ary RR over the bins (exact flip and uniform replacement,
+    constants ``c``) -> output value.
+
+    The lookup is written out in the loop, not an inlined helper: numba's
+    inlining of a helper that takes arrays adds reference counting per label
+    (several times the lookup's own work). ``sample`` is a constant of the
+    closure: the lookup-only kernel never types ``rng``.
+    """
+
+    @numba.njit(cache=True, nogil=True)
+    def kernel(y, values, bin_map, starts, pure, lo, inv_width, rng, outputs, c, out):
+        k = values.shape[0]
+        nb = starts.shape[0] - 1
+        n_bins = outputs.shape[0]
+        if sample:
+            qd, frac, limit, m = c[0], c[1], c[2], c[3]
+        for n in range(y.shape[0]):
+            # Nearest domain value (ties up, clipped), then its bin.
+            v = y[n]
+            if v <= lo:
+                bin_ = bin_map[0]
+            elif v >= values[k - 1]:
+                bin_ = bin_map[k - 1]
+            else:
+                bin_ = pure[min(np.int64((v - lo) * inv_width), nb - 1)]
+                if bin_ < 0:
+                    j = starts[min(np.int64((v - lo) * inv_width), nb - 1)]
+                    # First j with values[j] >= v (the bucket start is within a
+                    # step or two of it; the loops also absorb rounding of the
+                    # bucket index). The first step is branch-free: whether it
+                    # is needed is a coin flip.
+                    j += np.int64(values[j] < v)
+                    while values[j] < v:
+                        j += 1
+                    while j > 0 and values[j - 1] >= v:
+                        j -= 1
+                    # 0 < j < k; ties go up: j - 1 when v - values[j - 1] <
+                    # values[j] - v, both >= 0, so compared as bit patterns (a
+                    # mask, not a mispredicted branch).
+                    below = (float_bits(v - values[j - 1]) - float_bits(values[j] - v)) >> 63
+                    bin_ = bin_map[j + below]
+            if sample:
+                begin_row(rng, n)  # keyed releases: row n reads its own stream
+                out[n] = outputs[rr_code(bin_, n_bins, qd, frac, limit, m, rng)]
+            else:
+                out[n] = bin_
+
+    return kernel
 
 
-@numba.njit(cache=True, nogil=True)
-def _sample(y, values, bin_map, starts, pure, lo, inv_width, rng, outputs, c, out):
-    """RR-on-Bins in one pass: bin -> k-ary RR over the bins (exact flip
-    and uniform replacement, constants ``c``) -> output value."""
-    n_bins = outputs.shape[0]
-    for n in range(y.shape[0]):
-        begin_row(rng, n)  # keyed releases: row n reads its own stream
-        bin_ = _bin_of(y[n], values, bin_map, starts, pure, lo, inv_width)
-        out[n] = outputs[rr_code(bin_, n_bins, c, rng)]
+_lookup = _bins_kernel(False)
+_sample = _bins_kernel(True)
 
 
 class BinLookup:
@@ -92,7 +108,7 @@ class BinLookup:
         """Bin index of each label."""
         y = np.ascontiguousarray(y, dtype=np.float64)
         codes = np.empty(y.shape[0], dtype=np.int64)
-        _lookup(y, *self._tables(), codes)
+        _lookup(y, *self._tables(), None, _NO_OUTPUTS, _NO_OUTPUTS, codes)
         return codes
 
     def sample(self, y, rng, outputs, flip_probability):

@@ -9,7 +9,6 @@ from numpy.typing import ArrayLike
 
 from ..._accountant import BudgetAccountant
 from ..._kernels._sampling import (
-    count_outside,
     randomized_response_contiguous,
     randomized_response_indices,
     rr_constants,
@@ -17,7 +16,12 @@ from ..._kernels._sampling import (
 )
 from .._base import BaseDiscreteMechanism
 from .._registry import register_mechanism
-from .._validation import check_classes, contiguous_integer_classes, encode_classes
+from .._validation import (
+    check_class_labels,
+    check_classes,
+    contiguous_integer_classes,
+    encode_classes,
+)
 
 __all__ = ["RandomizedResponse", "randomized_response_matrix"]
 
@@ -86,14 +90,7 @@ class RandomizedResponse(BaseDiscreteMechanism):
         self.classes = classes
 
     def _check_label_values(self, y):
-        classes = check_classes(self.classes, owner=type(self).__name__)
-        flat = y.ravel()
-        contiguous = contiguous_integer_classes(classes)
-        if contiguous is not None and flat.dtype.kind in "iuf":
-            lo, k = contiguous
-            if not count_outside(flat, lo, lo + k - 1, True):
-                return  # one pass, no allocation: the common case
-        encode_classes(flat, classes)  # raises with details
+        check_class_labels(y, check_classes(self.classes, owner=type(self).__name__))
 
     def _fit_mechanism(self, y):
         classes = check_classes(self.classes)

@@ -14,7 +14,7 @@ from ..._accountant import BudgetAccountant
 from ..._kernels._top_k import rr_top_k_indices
 from .._base import BaseDiscreteMechanism
 from .._registry import register_mechanism
-from .._validation import check_classes, encode_classes
+from .._validation import check_class_labels, check_classes, encode_classes
 from ._solver import optimal_k, rr_top_k_matrix, top_k_order
 
 __all__ = ["RRTopK", "RRWithPrior"]
@@ -73,7 +73,7 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
         return check_classes(self.classes, owner=type(self).__name__)
 
     def _check_label_values(self, y):
-        encode_classes(y.ravel(), self._classes())
+        check_class_labels(y, self._classes())
 
     def _encode_labels(self, y):
         return encode_classes(y, self.input_values_)
@@ -159,7 +159,7 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
     def _as_label_dtype(self, noisy, y):
         """Numeric labels keep their dtype (as in RandomizedResponse)."""
         if y.dtype.kind in "iuf" and noisy.dtype.kind in "iuf":
-            return noisy.astype(y.dtype)
+            return noisy.astype(y.dtype, copy=False)
         return noisy
 
     def _randomize_column(self, y, rng):

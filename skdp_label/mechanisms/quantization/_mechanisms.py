@@ -11,8 +11,7 @@ from numpy.typing import ArrayLike
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..._accountant import BudgetAccountant
-from ..._kernels._philox import uniforms
-from ..._kernels._sampling import categorical_codes, categorical_tables
+from ..._kernels._sampling import categorical_tables, piece_rows, sample_rows
 from ...utils._progress import VERBOSE_CONSTRAINT, VERBOSE_DOC, Progress, format_epsilon
 from .._base import OUT_OF_BOUNDS_CONSTRAINT, BaseDiscreteMechanism
 from .._registry import register_mechanism
@@ -140,12 +139,11 @@ class _QuantizationBase(BaseDiscreteMechanism):
         return distribution_at(self._pieces, self._rows, x)
 
     def _randomize_column(self, y, rng):
-        pos, t = self._pieces.locate(y)
         # The distribution inside a piece is (1 - t) row_a + t row_b: pick the
-        # end with one uniform, then sample its row with another.
-        row = 2 * pos + (uniforms(rng, y.shape[0]) < t)
-        codes = categorical_codes(row, rng, self._row_tables)
-        return self.output_values_[codes]
+        # end with one uniform, then sample its row with another (two passes:
+        # every label's end, then every row draw).
+        rows = piece_rows(y, self._pieces.left, self._pieces.right, rng)
+        return sample_rows(rng, self.output_values_, codes=rows, tables=self._row_tables)
 
 
 _COMMON_DOC = """    bounds : tuple (lo, hi)

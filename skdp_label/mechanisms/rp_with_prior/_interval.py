@@ -61,6 +61,7 @@ __all__ = [
     "grid_matrix",
     "optimal_interval",
     "sample_grid",
+    "sample_labels",
     "step_prior_nodes",
     "window_probability",
 ]
@@ -337,28 +338,38 @@ def auto_window(nodes, values, probs, epsilon, granularity, loss="squared", n_co
 
 # -- sampling ------------------------------------------------------------------------
 @numba.njit(cache=True, nogil=True)
-def _sample_grid(units, u1, u2, w, rest_total, rng):
-    out = np.empty(units.shape[0], dtype=np.int64)
-    for i in range(units.shape[0]):
+def _sample_grid(y, granularity, u1, u2, w, rest_total, rng, out):
+    for i in range(y.shape[0]):
         begin_row(rng, i)
-        u = units[i]
+        # Row: clip to the interval (eq. 3.6), round to the grid.
+        u = np.int64(min(max(np.rint(y[i] / granularity), float(u1)), float(u2)))
         if bernoulli_exact(rest_total, rng):
             # rest outputs u1 - w .. u - w - 1, then u + w + 1 .. u2 + w
             r = np.int64(uniform_index(float(u2 - u1), rng))
             below = u - u1
-            out[i] = u1 - w + r if r < below else u + w + 1 + (r - below)
+            unit = u1 - w + r if r < below else u + w + 1 + (r - below)
         else:
-            out[i] = u - w + np.int64(uniform_index(float(2 * w + 1), rng))
+            unit = u - w + np.int64(uniform_index(float(2 * w + 1), rng))
+        out[i] = float(unit) * granularity
+
+
+def sample_labels(y, granularity, u1, u2, w, epsilon, rng):
+    """Noisy labels (output unit times ``granularity``) for labels ``y``,
+    one release, in one pass: each label's unit ``clip(rint(y / granularity),
+    u1, u2)``, then rest or window by an exact Bernoulli of the rest's total
+    mass (exact for the float however small: large epsilon, wide windows),
+    then an exactly uniform integer over the chosen part, row by row.
+    """
+    y = np.ascontiguousarray(y, dtype=np.float64)
+    _, _, rest_total = _levels(u1, u2, w, epsilon)
+    out = np.empty(y.shape[0])
+    _sample_grid(
+        y, float(granularity), np.int64(u1), np.int64(u2), np.int64(w), float(rest_total), rng, out
+    )
     return out
 
 
 def sample_grid(units, u1, u2, w, epsilon, rng):
-    """Output units for input units ``units`` (in ``[u1, u2]``), one release.
-
-    Rest or window by an exact Bernoulli of the rest's total mass (exact for
-    the float however small: large epsilon, wide windows), then an exactly
-    uniform integer over the chosen part; one pass, row by row.
-    """
-    units = np.ascontiguousarray(units, dtype=np.int64)
-    _, _, rest_total = _levels(u1, u2, w, epsilon)
-    return _sample_grid(units, np.int64(u1), np.int64(u2), np.int64(w), float(rest_total), rng)
+    """Output units for input units ``units`` (in ``[u1, u2]``), one release
+    (:func:`sample_labels` on the unit grid)."""
+    return sample_labels(units, 1.0, u1, u2, w, epsilon, rng).astype(np.int64)

@@ -23,7 +23,7 @@ from ._interval import (
     grid_interval,
     grid_matrix,
     optimal_interval,
-    sample_grid,
+    sample_labels,
     step_prior_nodes,
 )
 
@@ -296,9 +296,10 @@ class RPWithPrior(BasePriorMechanism):
         return units.astype(np.int64) - self._u1
 
     def _randomize_column(self, y, rng):
-        units = self._encode_labels(y) + self._u1
-        out = sample_grid(units, self._u1, self._u2, self._w, self._eps_labels, rng)
-        return out.astype(np.float64) * self.granularity_
+        # _encode_labels, the sampler and unit -> value in one pass.
+        return sample_labels(
+            y, self.granularity_, self._u1, self._u2, self._w, self._eps_labels, rng
+        )
 
 
 @register_mechanism("rr-with-prior-regression", task="regression")
