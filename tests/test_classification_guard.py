@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 from sklearn.tree import DecisionTreeClassifier
 
@@ -21,6 +22,9 @@ from skdp_label.estimators._majority_guard import (
 from skdp_label.estimators._noise_aware import (
     classification_plan,
     histogram_noise_sd,
+    histogram_rows,
+    histogram_share,
+    labels_frequency_se,
     robust_top_k,
     shrink_histogram,
 )
@@ -187,16 +191,16 @@ def test_guard_charges_nothing_more_and_keeps_nothing_private():
     ledgers = []
     for guard in (False, True):
         acc = BudgetAccountant(epsilon=10.0)
-        clf = LabelDPClassifier(DecisionTreeClassifier(random_state=0), "auto", 0.5,
+        clf = LabelDPClassifier(DecisionTreeClassifier(random_state=0), "auto", 1.5,
                                 classes=range(3), majority_guard=guard, accountant=acc,
                                 random_state=3).fit(X, y)
         ledgers.append([(e.epsilon, e.delta) for e in acc.ledger])
-        assert acc.spent_epsilon == pytest.approx(0.5) and clf.epsilon_spent_ == pytest.approx(0.5)
+        assert acc.spent_epsilon == pytest.approx(1.5) and clf.epsilon_spent_ == pytest.approx(1.5)
     assert ledgers[0] == ledgers[1]
     # The fitted guard holds only its summary, no fold predictions, no generator.
     assert set(clf.majority_guard_) == {
         "model_accuracy", "constant_accuracy", "difference_se", "n_folds", "choice"}
-    clf = LabelDPClassifier(DecisionTreeClassifier(random_state=0), "auto", 0.5, classes=range(3),
+    clf = LabelDPClassifier(DecisionTreeClassifier(random_state=0), "auto", 1.5, classes=range(3),
                             accountant=BudgetAccountant()).fit(X, y)  # OS entropy
     assert clf.majority_guard_ is not None
     assert_no_random_state(clf)
@@ -255,13 +259,17 @@ def test_plan_uses_public_inputs_and_is_plain_rr_at_large_epsilon():
     assert classification_plan(np.log(3 * 5 + 1), 1000, 5)["mechanism"] == "rr"
     assert classification_plan(np.log(3 * 5 + 1) - 1e-9, 1000, 5)["mechanism"] == "rr-top-k"
     X, y = _noise_features(800)
-    plans = [LabelDPClassifier(LogisticRegression(), "auto", 0.5, classes=range(3),
-                               random_state=0).prior_budget(800)]
-    for labels in (y, np.zeros_like(y)):  # the budget split does not look at the labels
-        clf = LabelDPClassifier(LogisticRegression(), "auto", 0.5, classes=range(3),
-                                random_state=0).fit(X, labels)
-        plans.append((clf.prior_epsilon_, 0.5 - clf.prior_epsilon_))
-    assert plans[0] == pytest.approx(plans[1]) and plans[1] == pytest.approx(plans[2])
+    est = LabelDPClassifier(LogisticRegression(), "auto", 1.5, classes=range(3), random_state=0)
+    plan = est.fit_plan(800)
+    assert est.prior_budget(800) == (1.5, 1.5)  # disjoint rows, each at the full epsilon
+    assert plan["histogram_rows"] == histogram_rows(1.5, 800, 3)
+    for labels in (y, np.zeros_like(y)):  # the row split does not look at the labels
+        acc = BudgetAccountant()
+        clf = clone(est).set_params(accountant=acc).fit(X, labels)
+        assert clf.histogram_sizes_[0] == plan["histogram_rows"] == acc.ledger[0].n_labels
+        assert clf.epsilon_spent_ == pytest.approx(1.5) == acc.spent_epsilon
+    assert clf.plan_["k"] == 1 and clf.histogram_sizes_ == [plan["histogram_rows"],
+                                                           800 - plan["histogram_rows"]]
 
 
 def test_balanced_histogram_gives_plain_rr_and_skew_gives_smaller_sets():

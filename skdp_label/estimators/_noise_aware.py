@@ -46,6 +46,9 @@ __all__ = [
     "softmax",
     "class_prior_epsilon",
     "classification_plan",
+    "histogram_rows",
+    "histogram_share",
+    "labels_frequency_se",
     "histogram_noise_sd",
     "robust_top_k",
     "shrink_histogram",
@@ -262,6 +265,46 @@ def robust_top_k(histogram, label_epsilon, noise_sd):
     return int(optimal_k(shrunk[None, :], float(label_epsilon))[0])
 
 
+def labels_frequency_se(epsilon, n_samples, n_classes):
+    """Standard error of one class frequency debiased from n RR labels at epsilon.
+
+    Near balanced frequencies (1 / K each) a noisy label equals a class with
+    probability about 1 / K, and debiasing divides by the RR signal
+    s = 1 - K p = (e^eps - 1) / (e^eps + K - 1): the frequency the labels
+    themselves give has standard error sqrt(K - 1) / (K s sqrt(n)). Public.
+    """
+    _, signal = debiasing_scale(n_classes, epsilon)
+    return math.sqrt(n_classes - 1.0) / (n_classes * float(signal) * math.sqrt(n_samples))
+
+
+def histogram_share(epsilon, n_samples, n_classes):
+    """Share w of the rows whose labels go to the class histogram (step 1 of 'auto').
+
+    The histogram and the randomized labels use disjoint rows, each at the full
+    epsilon (parallel composition). Its odds are the standard error with which
+    the labels would give the class frequencies themselves
+    (:func:`labels_frequency_se`):
+
+        w / (1 - w) = sqrt(K - 1) / (K s(eps) sqrt(n)).
+
+    Where the labels carry signal the share is small (about 1 / sqrt(K n_e),
+    n_e = n s^2 the labels' effective clean count: 2 % of digits' rows at
+    eps = 2); where they are nearly pure noise (tiny eps) it tends to 1: the
+    class frequencies, hence the majority class, are what can be learned.
+    Decreasing in epsilon; public (docs/classification.md).
+    """
+    odds = labels_frequency_se(epsilon, n_samples, n_classes)
+    return odds / (1.0 + odds)
+
+
+def histogram_rows(epsilon, n_samples, n_classes):
+    """Rows of the class histogram: round(w n), at least 1, leaving at least 1."""
+    if n_samples < 2:
+        return 0
+    m = int(round(histogram_share(epsilon, n_samples, n_classes) * n_samples))
+    return min(max(m, 1), n_samples - 1)
+
+
 def classification_plan(epsilon, n_samples, n_classes):
     """What ``LabelDPClassifier(mechanism='auto')`` does, from public inputs.
 
@@ -269,19 +312,22 @@ def classification_plan(epsilon, n_samples, n_classes):
     epsilon when e^eps >= 3K + 1: a prior can only make RR-Top-k drop a
     class whose mass is below 1 / (e^eps + K - 1) (dropping it must beat the
     higher keep probability of the smaller set), here under a quarter of the
-    uniform mass 1 / K: too little to gain for the budget the prior takes.
+    uniform mass 1 / K: too little to gain for the rows the prior takes.
 
-    Otherwise a private class histogram costing
-    ``class_prior_epsilon(epsilon, n, K)``, then RR-Top-k at the rest of the
-    budget on the top k classes of the histogram, k chosen after the
-    histogram is charged by :func:`robust_top_k` (step 2): k = K (plain RR
-    at eps - eps_1) on balanced classes, k = 1 (the histogram's majority
-    class) when the labels are too weak to beat it.
+    Otherwise a public random subset of ``histogram_rows(epsilon, n, K)``
+    rows gives a class histogram at the full epsilon, and the other rows'
+    labels are randomized by RR-Top-k at the full epsilon (disjoint rows:
+    the fit costs epsilon). k is chosen after the histogram is charged by
+    :func:`robust_top_k` (step 2): k = K (plain RR) on balanced classes,
+    k = 1 (the histogram's majority class) when the labels are too weak to
+    beat it; with k = 1 the labels would carry nothing, so the other rows
+    go to a second histogram instead.
 
     Returns
     -------
     plan : dict
-        ``mechanism``, ``prior``, ``prior_epsilon`` and ``n_stages``.
+        ``mechanism``, ``prior``, ``prior_epsilon`` (the histogram's epsilon,
+        on its own rows), ``histogram_rows`` and ``n_stages``.
 
     Examples
     --------
@@ -289,15 +335,17 @@ def classification_plan(epsilon, n_samples, n_classes):
     >>> classification_plan(8.0, 1000, 5)["mechanism"]
     'rr'
     >>> plan = classification_plan(0.5, 1000, 10)
-    >>> plan["mechanism"], plan["prior"], round(plan["prior_epsilon"], 4)
-    ('rr-top-k', 'class-frequencies', 0.1)
+    >>> plan["mechanism"], plan["prior"], plan["prior_epsilon"], plan["histogram_rows"]
+    ('rr-top-k', 'class-frequencies', 0.5, 135)
     """
     if float(epsilon) >= math.log(3.0 * n_classes + 1.0):
-        return {"mechanism": "rr", "prior": "uniform", "prior_epsilon": 0.0, "n_stages": 1}
+        return {"mechanism": "rr", "prior": "uniform", "prior_epsilon": 0.0, "histogram_rows": 0,
+                "n_stages": 1}
     return {
         "mechanism": "rr-top-k",
         "prior": "class-frequencies",
-        "prior_epsilon": class_prior_epsilon(epsilon, n_samples, n_classes),
+        "prior_epsilon": float(epsilon),
+        "histogram_rows": histogram_rows(epsilon, n_samples, n_classes),
         "n_stages": 1,
     }
 
