@@ -307,14 +307,107 @@ def test_rule_is_monotone_in_epsilon_and_skew():
 
 def test_auto_uses_the_chosen_set_for_noise_and_correction():
     X, y = _noise_features(2000)
-    clf = LabelDPClassifier(LogisticRegression(), "auto", 0.3, classes=range(3),
+    clf = LabelDPClassifier(LogisticRegression(), "auto", 1.5, classes=range(3),
                             random_state=0).fit(X, y)
-    assert clf.plan_["mechanism"] == "RRTopK" and clf.plan_["k"] == clf.mechanism_.k
+    m = clf.plan_["histogram_rows"]
+    assert clf.plan_["mechanism"] == "RRTopK" and clf.plan_["k"] == clf.mechanism_.k >= 2
     assert clf.stage_k_ == [float(clf.plan_["k"])]
-    expected = robust_top_k(clf.cluster_histograms_[0], 0.3 - clf.prior_epsilon_,
-                            histogram_noise_sd(clf.prior_epsilon_, 2000))
+    assert clf.stage_sizes_ == [2000 - m] == clf.stage_train_sizes_  # the histogram's rows: no label
+    expected = robust_top_k(clf.cluster_histograms_[0], 1.5, histogram_noise_sd(1.5, m))
     assert clf.plan_["k"] == expected
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyLeakWarning)
         top = np.argsort(-clf.cluster_histograms_[0])[:expected]
         assert np.all(np.isin(clf.predict(X[:50]), top))
+
+
+# -- the row split of 'auto' (step 1) ----------------------------------------------------------
+def _signal(epsilon, n_classes):
+    return (np.exp(epsilon) - 1.0) / (np.exp(epsilon) + n_classes - 1.0)
+
+
+def test_histogram_share_follows_its_formula_and_limits():
+    for n, n_classes in [(300, 2), (1437, 10), (5092, 5), (755, 7), (10**6, 50)]:
+        grid = np.geomspace(1e-4, np.log(3 * n_classes + 1), 60)
+        shares = np.array([histogram_share(e, n, n_classes) for e in grid])
+        odds = np.sqrt(n_classes - 1) / (n_classes * _signal(grid, n_classes) * np.sqrt(n))
+        np.testing.assert_allclose(shares / (1 - shares), odds, rtol=1e-9)
+        assert np.all(np.diff(shares) < 0)  # more epsilon, more signal in the labels: fewer rows
+        assert shares[0] > 0.9  # labels that are nearly pure noise: nearly all rows
+        assert shares[-1] < 0.4 / np.sqrt(n_classes)  # labels with signal: a small share
+        rows = [histogram_rows(e, n, n_classes) for e in grid]
+        assert all(1 <= r <= n - 1 for r in rows) and rows == sorted(rows, reverse=True)
+    # The odds are the standard error of a class frequency debiased from the labels.
+    rng = np.random.default_rng(4)
+    n, n_classes, epsilon = 2000, 5, 0.7
+    p = np.exp(-epsilon) / (1 + (n_classes - 1) * np.exp(-epsilon))
+    estimates = []
+    for _ in range(400):
+        y = rng.integers(0, n_classes, size=n)
+        keep = rng.random(n) < 1 - n_classes * p
+        noisy = np.where(keep, y, rng.integers(0, n_classes, size=n))  # RR: keep, else uniform
+        estimates.append((np.mean(noisy == 0) - p) / (1 - n_classes * p))
+    assert np.std(estimates) == pytest.approx(labels_frequency_se(epsilon, n, n_classes), rel=0.15)
+
+
+def test_row_split_beats_the_budget_split_wherever_a_histogram_is_used():
+    """The same histogram precision (eps * rows) costs the labels less as rows of
+    its own than as a share of epsilon: (1 - w) s(eps)^2 >= s((1 - w) eps)^2 for
+    every e^eps < 3K + 1, i.e. s(a)^2 / a increases there (docs, section 4)."""
+    for n_classes in range(2, 60):
+        eps = np.linspace(1e-3, np.log(3 * n_classes + 1), 40)[:, None]
+        w = np.linspace(0.01, 0.99, 30)[None, :]
+        rows = (1 - w) * _signal(eps, n_classes) ** 2
+        budget = _signal((1 - w) * eps, n_classes) ** 2
+        assert np.all(rows >= budget * (1 - 1e-12))
+
+
+def test_rows_are_used_once_and_charged_once():
+    """Every label goes to exactly one release (histogram or randomized labels),
+    each at the full epsilon, in one disjoint group."""
+    X, y = _noise_features(1200)
+    seen = []
+    real = _classifier.cluster_priors
+
+    def recording(cluster_of, n_clusters, codes, *args):
+        seen.append(np.bincount(codes, minlength=3))
+        return real(cluster_of, n_clusters, codes, *args)
+
+    import skdp_label.mechanisms.classification._rr_top_k as rr_top_k
+
+    real_randomize = rr_top_k._BaseTopKMechanism.randomize
+
+    def randomize(self, labels, priors):
+        seen.append(np.bincount(np.asarray(labels), minlength=3))
+        return real_randomize(self, labels, priors)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_classifier, "cluster_priors", recording)
+        mp.setattr(rr_top_k._BaseTopKMechanism, "randomize", randomize)
+        for eps in (0.05, 1.5):  # k = 1 (two histograms) and k = 2 (histogram + labels)
+            seen.clear()
+            acc = BudgetAccountant()
+            clf = LabelDPClassifier(LogisticRegression(), "auto", eps, classes=range(3),
+                                    accountant=acc, random_state=1).fit(X, y)
+            assert len(seen) == 2
+            np.testing.assert_array_equal(seen[0] + seen[1], np.bincount(y))  # a partition
+            assert [e.epsilon for e in acc.ledger] == pytest.approx([eps, eps])
+            assert len({e.group for e in acc.ledger}) == 1
+            assert acc.spent_epsilon == pytest.approx(eps) == clf.epsilon_spent_
+            assert clf.privacy_report().epsilon == pytest.approx(eps)
+        assert clf.plan_["k"] >= 2
+
+
+def test_drops_classes_on_evidence_only():
+    """Balanced classes, few histogram rows: the rule keeps all K classes far more
+    often than Lemma 1 on the posterior mean alone (the mutant without the one
+    standard deviation), which drops a class the model can then never predict."""
+    rng = np.random.default_rng(5)
+    kept, mutant = [], []
+    for rows, eps in [(74, 1.0), (165, 0.5)]:
+        codes, sd = np.arange(rows) % 10, histogram_noise_sd(eps, rows)
+        for _ in range(300):
+            histogram = noisy_histogram(codes, 10, eps, rng)
+            kept.append(robust_top_k(histogram, eps, sd) == 10)
+            mutant.append(optimal_k(shrink_histogram(histogram, sd)[None], eps)[0] == 10)
+    assert np.mean(kept) > 0.8 > np.mean(mutant)

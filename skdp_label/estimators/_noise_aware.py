@@ -31,7 +31,7 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..mechanisms.classification._solver import optimal_k
+from ..mechanisms.classification._solver import keep_probability
 
 __all__ = [
     "debiasing_scale",
@@ -228,6 +228,16 @@ def histogram_noise_sd(prior_epsilon, n_samples):
     return 2.0 * math.sqrt(2.0) / (float(prior_epsilon) * float(n_samples))
 
 
+def _posterior(histogram, noise_sd):
+    """(posterior mean, shrinkage weight B) of :func:`shrink_histogram`."""
+    x = np.asarray(histogram, dtype=np.float64)
+    center = 1.0 / x.shape[0]
+    spread = float(np.mean((x - center) ** 2))
+    tau2 = max(0.0, spread - float(noise_sd) ** 2 * (x.shape[0] - 1) / x.shape[0])
+    weight = tau2 / (tau2 + float(noise_sd) ** 2) if tau2 > 0 else 0.0
+    return center + weight * (x - center), weight
+
+
 def shrink_histogram(histogram, noise_sd):
     """Posterior mean of the class frequencies given their noisy histogram.
 
@@ -240,12 +250,7 @@ def shrink_histogram(histogram, noise_sd):
     skewed histogram far above its noise is kept. Post-processing of the
     histogram and public inputs.
     """
-    x = np.asarray(histogram, dtype=np.float64)
-    center = 1.0 / x.shape[0]
-    spread = float(np.mean((x - center) ** 2))
-    tau2 = max(0.0, spread - float(noise_sd) ** 2 * (x.shape[0] - 1) / x.shape[0])
-    weight = tau2 / (tau2 + float(noise_sd) ** 2) if tau2 > 0 else 0.0
-    return center + weight * (x - center)
+    return _posterior(histogram, noise_sd)[0]
 
 
 def robust_top_k(histogram, label_epsilon, noise_sd):
@@ -255,14 +260,27 @@ def robust_top_k(histogram, label_epsilon, noise_sd):
     (e^eps + k - 1), the probability that a noisy label is correct. At small
     epsilon that objective is nearly flat in k for balanced classes (about
     1 / K for every k), so on the raw noisy histogram the noise decides k,
-    down to k = 1 (a constant) on balanced data. The Bayes choice maximises
-    the objective's posterior mean: the same rule on the posterior mean of
-    the frequencies, :func:`shrink_histogram` (the top-k set is that of the
-    noisy histogram, whose order shrinkage keeps). k = K is plain randomized
-    response (ties go to the smallest k, and a uniform histogram gives K).
+    down to k = 1 (a constant) on balanced data. Here the objective is
+    evaluated on the posterior of the frequencies (:func:`shrink_histogram`;
+    the top-k set is that of the noisy histogram, whose order shrinkage
+    keeps), and classes are dropped **on evidence only**, as the majority
+    guard decides: the mass left out of the top k is taken one posterior
+    standard deviation above its posterior mean (B sd^2 per class; the
+    masses sum to 1, so min(K - k, k) classes' worth). A class the model can
+    never predict again costs its whole mass, while the gain of a smaller set
+    is a slightly higher keep probability; k = K (plain randomized response,
+    nothing dropped) is exact. Ties keep more classes.
     """
-    shrunk = shrink_histogram(histogram, noise_sd)
-    return int(optimal_k(shrunk[None, :], float(label_epsilon))[0])
+    x = np.asarray(histogram, dtype=np.float64)
+    n_classes = x.shape[0]
+    mean, weight = _posterior(x, noise_sd)
+    masses = mean[np.argsort(-x, kind="stable")]
+    ks = np.arange(1, n_classes + 1)
+    dropped = np.clip(1.0 - np.cumsum(masses), 0.0, None)
+    dropped_sd = float(noise_sd) * np.sqrt(weight * np.minimum(n_classes - ks, ks))
+    value = np.clip(1.0 - dropped - dropped_sd, 0.0, None) * keep_probability(ks, label_epsilon)
+    near = value >= value.max() * (1.0 - 1e-12)
+    return int(ks[np.flatnonzero(near)[-1]])
 
 
 def labels_frequency_se(epsilon, n_samples, n_classes):
