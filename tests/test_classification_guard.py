@@ -404,10 +404,11 @@ def test_drops_classes_on_evidence_only():
     standard deviation), which drops a class the model can then never predict."""
     rng = np.random.default_rng(5)
     kept, mutant = [], []
-    for rows, eps in [(74, 1.0), (165, 0.5)]:
+    for rows, eps in [(74, 1.0), (165, 0.5), (29, 2.0)]:  # digits' histogram rows
         codes, sd = np.arange(rows) % 10, histogram_noise_sd(eps, rows)
         for _ in range(300):
             histogram = noisy_histogram(codes, 10, eps, rng)
             kept.append(robust_top_k(histogram, eps, sd) == 10)
             mutant.append(optimal_k(shrink_histogram(histogram, sd)[None], eps)[0] == 10)
-    assert np.mean(kept) > 0.8 > np.mean(mutant)
+    # 900 draws each: standard errors about 0.01 (measured 0.95 and 0.89).
+    assert np.mean(kept) > 0.92 > np.mean(mutant)

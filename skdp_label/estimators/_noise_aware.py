@@ -231,10 +231,14 @@ def histogram_noise_sd(prior_epsilon, n_samples):
 def _posterior(histogram, noise_sd):
     """(posterior mean, shrinkage weight B) of :func:`shrink_histogram`."""
     x = np.asarray(histogram, dtype=np.float64)
-    center = 1.0 / x.shape[0]
+    n_classes, var = x.shape[0], float(noise_sd) ** 2
+    center = 1.0 / n_classes
     spread = float(np.mean((x - center) ** 2))
-    tau2 = max(0.0, spread - float(noise_sd) ** 2 * (x.shape[0] - 1) / x.shape[0])
-    weight = tau2 / (tau2 + float(noise_sd) ** 2) if tau2 > 0 else 0.0
+    # The spread of pure noise has mean var (K - 1) / K and standard deviation
+    # var sqrt(2 (K - 1)) / K: the skew is counted one standard error low.
+    noise_spread = var * (n_classes - 1 + math.sqrt(2.0 * (n_classes - 1))) / n_classes
+    tau2 = max(0.0, spread - noise_spread)
+    weight = tau2 / (tau2 + var) if tau2 > 0 else 0.0
     return center + weight * (x - center), weight
 
 
@@ -245,7 +249,10 @@ def shrink_histogram(histogram, noise_sd):
     exchangeable draws around 1 / K with variance tau^2, each observed with
     noise of variance sd^2; the posterior mean is 1 / K + B (x - 1 / K) with
     B = tau^2 / (tau^2 + sd^2), and tau^2 is estimated from the spread of the
-    noisy frequencies, max(0, mean((x - 1/K)^2) - sd^2 (K - 1) / K). Balanced
+    noisy frequencies less what noise alone gives, one standard error low
+    (on evidence, as the guard): max(0, mean((x - 1/K)^2) - sd^2 (K - 1 +
+    sqrt(2 (K - 1))) / K) (under pure noise the spread is sd^2 chi^2_{K-1} / K,
+    so B > 0 in about one draw in six). Balanced
     classes whose differences are all noise come back near uniform; a
     skewed histogram far above its noise is kept. Post-processing of the
     histogram and public inputs.
@@ -264,23 +271,28 @@ def robust_top_k(histogram, label_epsilon, noise_sd):
     evaluated on the posterior of the frequencies (:func:`shrink_histogram`;
     the top-k set is that of the noisy histogram, whose order shrinkage
     keeps), and classes are dropped **on evidence only**, as the majority
-    guard decides: the mass left out of the top k is taken one posterior
-    standard deviation above its posterior mean (B sd^2 per class; the
-    masses sum to 1, so min(K - k, k) classes' worth). A class the model can
-    never predict again costs its whole mass, while the gain of a smaller set
-    is a slightly higher keep probability; k = K (plain randomized response,
-    nothing dropped) is exact. Ties keep more classes.
+    guard decides: k = K (plain randomized response, nothing dropped, its
+    value exact) unless a smaller k beats it by more than one posterior
+    standard deviation of its value (the mass left out has posterior
+    variance B sd^2 per class; the masses sum to 1, so min(K - k, k)
+    classes' worth). Among the k that do, the posterior mean decides (ties:
+    the smallest). A class the model can never predict again costs its whole
+    mass, while the gain of a smaller set is often only a slightly higher
+    keep probability.
     """
     x = np.asarray(histogram, dtype=np.float64)
     n_classes = x.shape[0]
     mean, weight = _posterior(x, noise_sd)
     masses = mean[np.argsort(-x, kind="stable")]
     ks = np.arange(1, n_classes + 1)
-    dropped = np.clip(1.0 - np.cumsum(masses), 0.0, None)
-    dropped_sd = float(noise_sd) * np.sqrt(weight * np.minimum(n_classes - ks, ks))
-    value = np.clip(1.0 - dropped - dropped_sd, 0.0, None) * keep_probability(ks, label_epsilon)
+    keep = keep_probability(ks, label_epsilon)
+    value = np.clip(np.cumsum(masses), 0.0, 1.0) * keep
+    value_sd = float(noise_sd) * np.sqrt(weight * np.minimum(n_classes - ks, ks)) * keep
+    on_evidence = value - value_sd > keep[-1]
+    on_evidence[-1] = True
+    value = np.where(on_evidence, value, -np.inf)
     near = value >= value.max() * (1.0 - 1e-12)
-    return int(ks[np.flatnonzero(near)[-1]])
+    return int(ks[np.argmax(near)])
 
 
 def labels_frequency_se(epsilon, n_samples, n_classes):
