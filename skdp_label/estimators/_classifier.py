@@ -124,10 +124,14 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         which is cloned and given this estimator's ``epsilon``). ``'auto'``
         follows the documented rule (docs/classification.md): plain
         randomized response when a prior cannot pay for itself (decided from
-        epsilon, n and K before spending), else a private class histogram
-        costing min(sqrt(K / n), epsilon / 2) and RR-Top-k on its top k
-        classes, k chosen from the noisy histogram with its noise accounted
-        for (k = K on balanced classes); see ``plan_``.
+        epsilon, n and K before spending), else a private class histogram of
+        a public random subset of the rows at the full epsilon (share
+        ``w / (1 - w) = sqrt(K - 1) / (K s sqrt(n))``, s the RR signal; see
+        :meth:`fit_plan`) and RR-Top-k at the full epsilon on the other
+        rows, on the histogram's top k classes, k chosen from the noisy
+        histogram on evidence only (k = K on balanced classes; k = 1: the
+        other rows go to a second histogram and the model is its top
+        class); see ``plan_``.
     epsilon : float, default=1.0
         Total privacy cost of one label per fit.
     n_stages : int, default=1
@@ -217,11 +221,18 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         Epsilon spent per label by this object, cumulative over its fits
         (within a fit: prior plus stages, which compose in parallel).
     prior_epsilon_ : float
-        Epsilon spent on the prior histograms (0 if none).
+        Epsilon spent on the prior histograms (0 if none). With
+        ``mechanism='auto'`` the histogram has rows of its own
+        (``histogram_sizes_``), so this is ``epsilon``, in parallel with the
+        labels.
+    histogram_sizes_ : list of int
+        Rows of each prior histogram release (``'auto'``: its own rows, and
+        the other rows' second histogram when k = 1).
     plan_ : dict
         The mechanism, prior, prior budget and stages used (what
-        ``mechanism='auto'`` chose; with its class histogram, also ``k``,
-        the size of the top-k set chosen from it).
+        ``mechanism='auto'`` chose; with its class histogram, also
+        ``histogram_rows`` and ``k``, the size of the top-k set chosen from
+        it).
     cluster_histograms_ : ndarray of shape (n_clusters, n_classes) or None
         The private prior histograms (epsilon-DP; one row for
         ``'class-frequencies'``).
