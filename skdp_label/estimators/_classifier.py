@@ -593,7 +593,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             else:  # one histogram of all the labels (or of the histogram's own rows)
                 cluster_of, centers = np.zeros(codes.shape[0], dtype=np.int64), None
             prior_rows = histogram_rows if n_histogram else np.arange(codes.shape[0])
-            self._charge_histogram(accountant, eps_prior, prior_rows.shape[0], plan["prior"], group)
+            # On all rows the histogram composes sequentially with the labels; only on
+            # rows of its own ('auto') does it join their disjoint group.
+            self._charge_histogram(accountant, eps_prior, prior_rows.shape[0], plan["prior"],
+                                   group if n_histogram else None)
             n_clusters = 1 if centers is None else centers.centers.shape[0]
             priors, self.cluster_histograms_ = cluster_priors(
                 cluster_of[prior_rows], n_clusters, codes[prior_rows], n_classes, eps_prior, rng
