@@ -312,7 +312,8 @@ def test_auto_uses_the_chosen_set_for_noise_and_correction():
     m = clf.plan_["histogram_rows"]
     assert clf.plan_["mechanism"] == "RRTopK" and clf.plan_["k"] == clf.mechanism_.k >= 2
     assert clf.stage_k_ == [float(clf.plan_["k"])]
-    assert clf.stage_sizes_ == [2000 - m] == clf.stage_train_sizes_  # the histogram's rows: no label
+    # The histogram's rows have no noisy label and no part in training.
+    assert clf.stage_sizes_ == [2000 - m] == clf.stage_train_sizes_
     expected = robust_top_k(clf.cluster_histograms_[0], 1.5, histogram_noise_sd(1.5, m))
     assert clf.plan_["k"] == expected
     with warnings.catch_warnings():

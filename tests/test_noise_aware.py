@@ -287,7 +287,8 @@ def test_auto_plan_accounting_and_majority_fallback():
     assert [row["n_labels"] for row in report.steps] == [m, len(y) - m]
     assert clf.stage_k_ == [1.0] and isinstance(clf.estimator_, DummyClassifier)
     assert np.all(clf.predict(X) == 0)
-    np.testing.assert_allclose(clf.predict_proba(X[:2]), np.tile(clf.cluster_histograms_[0], (2, 1)))
+    pooled = clf.cluster_histograms_[0]
+    np.testing.assert_allclose(clf.predict_proba(X[:2]), np.tile(pooled, (2, 1)))
     big = LabelDPClassifier(LogisticRegression(), "auto", 4.0, classes=range(4),
                             random_state=0).fit(X, y)
     assert big.plan_["mechanism"] == "RandomizedResponse" and big.prior_epsilon_ == 0.0
