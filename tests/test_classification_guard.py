@@ -258,6 +258,9 @@ def test_bad_guard_parameters_are_refused_before_spending(params):
 def test_plan_uses_public_inputs_and_is_plain_rr_at_large_epsilon():
     assert classification_plan(np.log(3 * 5 + 1), 1000, 5)["mechanism"] == "rr"
     assert classification_plan(np.log(3 * 5 + 1) - 1e-9, 1000, 5)["mechanism"] == "rr-top-k"
+    assert classification_plan(0.1, 1, 5)["mechanism"] == "rr"  # one row: nothing to split
+    one = LabelDPClassifier(LogisticRegression(), "auto", 0.1, classes=range(3), random_state=0)
+    assert one.fit(np.zeros((1, 2)), [2]).epsilon_spent_ == pytest.approx(0.1)
     X, y = _noise_features(800)
     est = LabelDPClassifier(LogisticRegression(), "auto", 1.5, classes=range(3), random_state=0)
     plan = est.fit_plan(800)

@@ -368,7 +368,7 @@ def classification_plan(epsilon, n_samples, n_classes):
     >>> plan["mechanism"], plan["prior"], plan["prior_epsilon"], plan["histogram_rows"]
     ('rr-top-k', 'class-frequencies', 0.5, 135)
     """
-    if float(epsilon) >= math.log(3.0 * n_classes + 1.0):
+    if float(epsilon) >= math.log(3.0 * n_classes + 1.0) or n_samples < 2:  # no rows to split
         return {"mechanism": "rr", "prior": "uniform", "prior_epsilon": 0.0, "histogram_rows": 0,
                 "n_stages": 1}
     return {
