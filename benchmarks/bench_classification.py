@@ -16,8 +16,9 @@ standardised LogisticRegression and reports the mean test accuracy on the
 * ``auto``: mechanism='auto' (plain RR, or a private class histogram and
   RR-Top-k on its robust top k; majority guard on), corrected.
 * ``auto, no guard``: the same with ``majority_guard=False`` (the rule alone).
-* ``auto (before)``: the previous rule (RR when e^eps >= 3K + 1, else the
-  histogram and RRWithPrior's Lemma-1 k), emulated with
+* ``auto (before)``: an earlier rule (RR when e^eps >= 3K + 1, else a
+  histogram on all rows at a share of epsilon and RRWithPrior's Lemma-1 k),
+  emulated with
   ``mechanism='rr-with-prior', prior='class-frequencies'``: same noise streams.
 * ``RR + guard``: mechanism='rr' with ``majority_guard=True``.
 * ``auto + shrinkage``: mechanism='auto', shrinkage='auto'.
@@ -29,8 +30,10 @@ standardised LogisticRegression and reports the mean test accuracy on the
     PYTHONPATH=. python benchmarks/bench_classification.py [--datasets digits fair-rating]
         [--methods RR auto ...] [--seeds 3]
 
-The default ``--methods`` are RR, auto, auto without guard, the previous
-auto and RR + guard; ``--methods all`` runs every method above.
+The default ``--methods`` are RR, auto, auto without guard and RR + guard;
+``--methods all`` runs every method above. After each table the script lists
+the cells where a method is below RR or the majority class by more than one
+standard error of the per-seed (paired) differences.
 """
 
 import argparse
