@@ -416,3 +416,18 @@ def test_drops_classes_on_evidence_only():
             mutant.append(optimal_k(shrink_histogram(histogram, sd)[None], eps)[0] == 10)
     # 900 draws each: standard errors about 0.01 (measured 0.95 and 0.89).
     assert np.mean(kept) > 0.92 > np.mean(mutant)
+
+
+def test_named_class_prior_stays_a_budget_split():
+    """Outside 'auto' the class histogram covers all rows at a share of epsilon and
+    composes sequentially with the labels (a mutation putting it in the labels'
+    disjoint group would charge max instead of the sum)."""
+    X, y = _noise_features(900)
+    acc = BudgetAccountant()
+    clf = LabelDPClassifier(LogisticRegression(), "rr-with-prior", 1.0, classes=range(3),
+                            prior="class-frequencies", prior_epsilon=0.3, n_stages=2,
+                            accountant=acc, random_state=0).fit(X, y)
+    assert clf.histogram_sizes_ == [900] and clf.prior_budget(900) == (0.3, pytest.approx(0.7))
+    assert acc.ledger[0].group is None and acc.ledger[0].epsilon == pytest.approx(0.3)
+    assert acc.spent_epsilon == pytest.approx(1.0) == clf.epsilon_spent_
+    assert clf.privacy_report().epsilon == pytest.approx(1.0)
