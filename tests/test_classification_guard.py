@@ -25,6 +25,7 @@ from skdp_label.estimators._noise_aware import (
     histogram_rows,
     histogram_share,
     labels_frequency_se,
+    sampled_histogram_sd,
     robust_top_k,
     shrink_histogram,
 )
@@ -317,7 +318,7 @@ def test_auto_uses_the_chosen_set_for_noise_and_correction():
     assert clf.stage_k_ == [float(clf.plan_["k"])]
     # The histogram's rows have no noisy label and no part in training.
     assert clf.stage_sizes_ == [2000 - m] == clf.stage_train_sizes_
-    expected = robust_top_k(clf.cluster_histograms_[0], 1.5, histogram_noise_sd(1.5, m))
+    expected = robust_top_k(clf.cluster_histograms_[0], 1.5, sampled_histogram_sd(1.5, m, 3))
     assert clf.plan_["k"] == expected
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyLeakWarning)
@@ -328,6 +329,17 @@ def test_auto_uses_the_chosen_set_for_noise_and_correction():
 # -- the row split of 'auto' (step 1) ----------------------------------------------------------
 def _signal(epsilon, n_classes):
     return (np.exp(epsilon) - 1.0) / (np.exp(epsilon) + n_classes - 1.0)
+
+
+def test_sampled_histogram_sd_adds_the_subsets_sampling_error():
+    """A histogram of m random rows estimates all rows' frequencies with the
+    Laplace noise and the subset's own sampling error (both measured here)."""
+    rng = np.random.default_rng(7)
+    y = np.arange(1500) % 10  # balanced, as the formula assumes
+    m, eps = 30, 2.0
+    draws = [noisy_histogram(y[rng.permutation(1500)[:m]], 10, eps, rng)[0] for _ in range(3000)]
+    assert np.std(draws) == pytest.approx(sampled_histogram_sd(eps, m, 10), rel=0.15)
+    assert sampled_histogram_sd(eps, m, 10) > 1.3 * histogram_noise_sd(eps, m)
 
 
 def test_histogram_share_follows_its_formula_and_limits():

@@ -39,6 +39,7 @@ from ._noise_aware import (
     effective_sample_size,
     histogram_noise_sd,
     robust_top_k,
+    sampled_histogram_sd,
     shrinkage_weight,
 )
 from ..utils._progress import format_epsilon
@@ -605,8 +606,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
                 priors = np.broadcast_to(self.cluster_histograms_[0], (codes.shape[0], n_classes))
             self.cluster_centers_ = centers
             if self.mechanism == "auto":  # step 2 of the rule: k from the charged histogram
-                plan["k"] = robust_top_k(self.cluster_histograms_[0], eps_labels,
-                                         histogram_noise_sd(eps_prior, prior_rows.shape[0]))
+                # On rows of its own the histogram also carries their sampling error.
+                noise_sd = (sampled_histogram_sd(eps_prior, n_histogram, n_classes)
+                            if n_histogram else histogram_noise_sd(eps_prior, codes.shape[0]))
+                plan["k"] = robust_top_k(self.cluster_histograms_[0], eps_labels, noise_sd)
                 for mech in mechanisms:
                     mech.set_params(k=plan["k"])
                 if n_histogram and plan["k"] == 1:
