@@ -16,8 +16,9 @@ standardised LogisticRegression and reports the mean test accuracy on the
 * ``auto``: mechanism='auto' (plain RR, or a private class histogram and
   RR-Top-k on its robust top k; majority guard on), corrected.
 * ``auto, no guard``: the same with ``majority_guard=False`` (the rule alone).
-* ``auto (before)``: the previous rule (RR when e^eps >= 3K + 1, else the
-  histogram and RRWithPrior's Lemma-1 k), emulated with
+* ``auto (before)``: an earlier rule (RR when e^eps >= 3K + 1, else a
+  histogram on all rows at a share of epsilon and RRWithPrior's Lemma-1 k),
+  emulated with
   ``mechanism='rr-with-prior', prior='class-frequencies'``: same noise streams.
 * ``RR + guard``: mechanism='rr' with ``majority_guard=True``.
 * ``auto + shrinkage``: mechanism='auto', shrinkage='auto'.
@@ -29,8 +30,10 @@ standardised LogisticRegression and reports the mean test accuracy on the
     PYTHONPATH=. python benchmarks/bench_classification.py [--datasets digits fair-rating]
         [--methods RR auto ...] [--seeds 3]
 
-The default ``--methods`` are RR, auto, auto without guard, the previous
-auto and RR + guard; ``--methods all`` runs every method above.
+The default ``--methods`` are RR, auto, auto without guard and RR + guard;
+``--methods all`` runs every method above. After each table the script lists
+the cells where a method is below RR or the majority class by more than one
+standard error of the per-seed (paired) differences.
 """
 
 import argparse
@@ -64,7 +67,7 @@ METHODS = {
     "auto + shrinkage": dict(mechanism="auto", shrinkage="auto"),
     "RR, LP-RR-SGD": dict(mechanism="rr"),
 }
-DEFAULT_METHODS = ("RR", "auto", "auto, no guard", "auto (before)", "RR + guard")
+DEFAULT_METHODS = ("RR", "auto", "auto, no guard", "RR + guard")
 
 
 def previous_auto(eps, n_classes):
@@ -82,12 +85,14 @@ def model():
 def run(name, seeds=(0, 1, 2), epsilons=EPSILONS, methods=DEFAULT_METHODS):
     X, y, classes = load_classification(name)
     table = {m: np.zeros((len(seeds), len(epsilons))) for m in methods}
+    table["majority"] = np.zeros((len(seeds), len(epsilons)))
     refs = {"majority": [], "non-private": []}
     for s, seed in enumerate(seeds):
         X_tr, X_te, y_tr, y_te = train_test_split(
             X, y, test_size=0.2, stratify=y, random_state=seed)
         values, counts = np.unique(y_tr, return_counts=True)
         refs["majority"].append(float(np.mean(y_te == values[np.argmax(counts)])))
+        table["majority"][s] = refs["majority"][-1]
         refs["non-private"].append(float(model().fit(X_tr, y_tr).score(X_te, y_te)))
         scaler = StandardScaler().fit(X_tr)  # public features
         for e, eps in enumerate(epsilons):
@@ -104,6 +109,11 @@ def run(name, seeds=(0, 1, 2), epsilons=EPSILONS, methods=DEFAULT_METHODS):
     return table, {k: float(np.mean(v)) for k, v in refs.items()}, len(y)
 
 
+def _sem(scores):
+    """Standard error of the mean over seeds (axis 0)."""
+    return scores.std(axis=0, ddof=1) / np.sqrt(scores.shape[0])
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--datasets", nargs="+", default=["digits", "fair-rating", "anes96"])
@@ -118,11 +128,25 @@ def main():
               f"non-private {refs['non-private']:.3f}; {time.perf_counter() - start:.0f} s)\n")
         print("| method | " + " | ".join(f"ε={e:g}" for e in EPSILONS) + " |")
         print("|---" * (len(EPSILONS) + 1) + "|")
+        majority = table.pop("majority")
         for method, scores in table.items():
-            means, sems = scores.mean(axis=0), scores.std(axis=0) / np.sqrt(scores.shape[0])
+            means, sems = scores.mean(axis=0), _sem(scores)
             cells = " | ".join(f"{m:.3f}±{s:.3f}" for m, s in zip(means, sems))
             print(f"| {method} | {cells} |")
         print("| majority | " + " | ".join(f"{refs['majority']:.3f}" for _ in EPSILONS) + " |")
+        # Paired by seed (same split): a cell misses when the method is below the
+        # reference by more than one standard error of the per-seed differences.
+        print()
+        for method, scores in table.items():
+            misses = []
+            for ref_name, ref in (("RR", table.get("RR")), ("majority", majority)):
+                if ref is None or ref is scores:
+                    continue
+                diff = scores - ref
+                below = diff.mean(axis=0) < -_sem(diff)
+                misses.append(f"below {ref_name} at eps = "
+                              f"{[float(e) for e in np.asarray(EPSILONS)[below]]}")
+            print(f"- {method}: " + "; ".join(misses))
 
 
 if __name__ == "__main__":

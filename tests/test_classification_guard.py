@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 from sklearn.tree import DecisionTreeClassifier
 
@@ -21,6 +22,10 @@ from skdp_label.estimators._majority_guard import (
 from skdp_label.estimators._noise_aware import (
     classification_plan,
     histogram_noise_sd,
+    histogram_rows,
+    histogram_share,
+    labels_frequency_se,
+    sampled_histogram_sd,
     robust_top_k,
     shrink_histogram,
 )
@@ -187,16 +192,16 @@ def test_guard_charges_nothing_more_and_keeps_nothing_private():
     ledgers = []
     for guard in (False, True):
         acc = BudgetAccountant(epsilon=10.0)
-        clf = LabelDPClassifier(DecisionTreeClassifier(random_state=0), "auto", 0.5,
+        clf = LabelDPClassifier(DecisionTreeClassifier(random_state=0), "auto", 1.5,
                                 classes=range(3), majority_guard=guard, accountant=acc,
                                 random_state=3).fit(X, y)
         ledgers.append([(e.epsilon, e.delta) for e in acc.ledger])
-        assert acc.spent_epsilon == pytest.approx(0.5) and clf.epsilon_spent_ == pytest.approx(0.5)
+        assert acc.spent_epsilon == pytest.approx(1.5) and clf.epsilon_spent_ == pytest.approx(1.5)
     assert ledgers[0] == ledgers[1]
     # The fitted guard holds only its summary, no fold predictions, no generator.
     assert set(clf.majority_guard_) == {
         "model_accuracy", "constant_accuracy", "difference_se", "n_folds", "choice"}
-    clf = LabelDPClassifier(DecisionTreeClassifier(random_state=0), "auto", 0.5, classes=range(3),
+    clf = LabelDPClassifier(DecisionTreeClassifier(random_state=0), "auto", 1.5, classes=range(3),
                             accountant=BudgetAccountant()).fit(X, y)  # OS entropy
     assert clf.majority_guard_ is not None
     assert_no_random_state(clf)
@@ -254,14 +259,21 @@ def test_bad_guard_parameters_are_refused_before_spending(params):
 def test_plan_uses_public_inputs_and_is_plain_rr_at_large_epsilon():
     assert classification_plan(np.log(3 * 5 + 1), 1000, 5)["mechanism"] == "rr"
     assert classification_plan(np.log(3 * 5 + 1) - 1e-9, 1000, 5)["mechanism"] == "rr-top-k"
+    assert classification_plan(0.1, 1, 5)["mechanism"] == "rr"  # one row: nothing to split
+    one = LabelDPClassifier(LogisticRegression(), "auto", 0.1, classes=range(3), random_state=0)
+    assert one.fit(np.zeros((1, 2)), [2]).epsilon_spent_ == pytest.approx(0.1)
     X, y = _noise_features(800)
-    plans = [LabelDPClassifier(LogisticRegression(), "auto", 0.5, classes=range(3),
-                               random_state=0).prior_budget(800)]
-    for labels in (y, np.zeros_like(y)):  # the budget split does not look at the labels
-        clf = LabelDPClassifier(LogisticRegression(), "auto", 0.5, classes=range(3),
-                                random_state=0).fit(X, labels)
-        plans.append((clf.prior_epsilon_, 0.5 - clf.prior_epsilon_))
-    assert plans[0] == pytest.approx(plans[1]) and plans[1] == pytest.approx(plans[2])
+    est = LabelDPClassifier(LogisticRegression(), "auto", 1.5, classes=range(3), random_state=0)
+    plan = est.fit_plan(800)
+    assert est.prior_budget(800) == (1.5, 1.5)  # disjoint rows, each at the full epsilon
+    assert plan["histogram_rows"] == histogram_rows(1.5, 800, 3)
+    for labels in (y, np.zeros_like(y)):  # the row split does not look at the labels
+        acc = BudgetAccountant()
+        clf = clone(est).set_params(accountant=acc).fit(X, labels)
+        assert clf.histogram_sizes_[0] == plan["histogram_rows"] == acc.ledger[0].n_labels
+        assert clf.epsilon_spent_ == pytest.approx(1.5) == acc.spent_epsilon
+    assert clf.plan_["k"] == 1 and clf.histogram_sizes_ == [plan["histogram_rows"],
+                                                           800 - plan["histogram_rows"]]
 
 
 def test_balanced_histogram_gives_plain_rr_and_skew_gives_smaller_sets():
@@ -299,14 +311,135 @@ def test_rule_is_monotone_in_epsilon_and_skew():
 
 def test_auto_uses_the_chosen_set_for_noise_and_correction():
     X, y = _noise_features(2000)
-    clf = LabelDPClassifier(LogisticRegression(), "auto", 0.3, classes=range(3),
+    clf = LabelDPClassifier(LogisticRegression(), "auto", 1.5, classes=range(3),
                             random_state=0).fit(X, y)
-    assert clf.plan_["mechanism"] == "RRTopK" and clf.plan_["k"] == clf.mechanism_.k
+    m = clf.plan_["histogram_rows"]
+    assert clf.plan_["mechanism"] == "RRTopK" and clf.plan_["k"] == clf.mechanism_.k >= 2
     assert clf.stage_k_ == [float(clf.plan_["k"])]
-    expected = robust_top_k(clf.cluster_histograms_[0], 0.3 - clf.prior_epsilon_,
-                            histogram_noise_sd(clf.prior_epsilon_, 2000))
+    # The histogram's rows have no noisy label and no part in training.
+    assert clf.stage_sizes_ == [2000 - m] == clf.stage_train_sizes_
+    expected = robust_top_k(clf.cluster_histograms_[0], 1.5, sampled_histogram_sd(1.5, m, 3))
     assert clf.plan_["k"] == expected
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyLeakWarning)
         top = np.argsort(-clf.cluster_histograms_[0])[:expected]
         assert np.all(np.isin(clf.predict(X[:50]), top))
+
+
+# -- the row split of 'auto' (step 1) ----------------------------------------------------------
+def _signal(epsilon, n_classes):
+    return (np.exp(epsilon) - 1.0) / (np.exp(epsilon) + n_classes - 1.0)
+
+
+def test_sampled_histogram_sd_adds_the_subsets_sampling_error():
+    """A histogram of m random rows estimates all rows' frequencies with the
+    Laplace noise and the subset's own sampling error (both measured here)."""
+    rng = np.random.default_rng(7)
+    y = np.arange(1500) % 10  # balanced, as the formula assumes
+    m, eps = 30, 2.0
+    draws = [noisy_histogram(y[rng.permutation(1500)[:m]], 10, eps, rng)[0] for _ in range(3000)]
+    assert np.std(draws) == pytest.approx(sampled_histogram_sd(eps, m, 10), rel=0.15)
+    assert sampled_histogram_sd(eps, m, 10) > 1.3 * histogram_noise_sd(eps, m)
+
+
+def test_histogram_share_follows_its_formula_and_limits():
+    for n, n_classes in [(300, 2), (1437, 10), (5092, 5), (755, 7), (10**6, 50)]:
+        grid = np.geomspace(1e-4, np.log(3 * n_classes + 1), 60)
+        shares = np.array([histogram_share(e, n, n_classes) for e in grid])
+        odds = np.sqrt(n_classes - 1) / (n_classes * _signal(grid, n_classes) * np.sqrt(n))
+        np.testing.assert_allclose(shares / (1 - shares), odds, rtol=1e-9)
+        assert np.all(np.diff(shares) < 0)  # more epsilon, more signal in the labels: fewer rows
+        assert shares[0] > 0.9  # labels that are nearly pure noise: nearly all rows
+        assert shares[-1] < 0.4 / np.sqrt(n_classes)  # labels with signal: a small share
+        rows = [histogram_rows(e, n, n_classes) for e in grid]
+        assert all(1 <= r <= n - 1 for r in rows) and rows == sorted(rows, reverse=True)
+    # The odds are the standard error of a class frequency debiased from the labels.
+    rng = np.random.default_rng(4)
+    n, n_classes, epsilon = 2000, 5, 0.7
+    p = np.exp(-epsilon) / (1 + (n_classes - 1) * np.exp(-epsilon))
+    estimates = []
+    for _ in range(400):
+        y = rng.integers(0, n_classes, size=n)
+        keep = rng.random(n) < 1 - n_classes * p
+        noisy = np.where(keep, y, rng.integers(0, n_classes, size=n))  # RR: keep, else uniform
+        estimates.append((np.mean(noisy == 0) - p) / (1 - n_classes * p))
+    assert np.std(estimates) == pytest.approx(labels_frequency_se(epsilon, n, n_classes), rel=0.15)
+
+
+def test_row_split_beats_the_budget_split_wherever_a_histogram_is_used():
+    """The same histogram precision (eps * rows) costs the labels less as rows of
+    its own than as a share of epsilon: (1 - w) s(eps)^2 >= s((1 - w) eps)^2 for
+    every e^eps < 3K + 1, i.e. s(a)^2 / a increases there (docs, section 4)."""
+    for n_classes in range(2, 60):
+        eps = np.linspace(1e-3, np.log(3 * n_classes + 1), 40)[:, None]
+        w = np.linspace(0.01, 0.99, 30)[None, :]
+        rows = (1 - w) * _signal(eps, n_classes) ** 2
+        budget = _signal((1 - w) * eps, n_classes) ** 2
+        assert np.all(rows >= budget * (1 - 1e-12))
+
+
+def test_rows_are_used_once_and_charged_once():
+    """Every label goes to exactly one release (histogram or randomized labels),
+    each at the full epsilon, in one disjoint group."""
+    X, y = _noise_features(1200)
+    seen = []
+    real = _classifier.cluster_priors
+
+    def recording(cluster_of, n_clusters, codes, *args):
+        seen.append(np.bincount(codes, minlength=3))
+        return real(cluster_of, n_clusters, codes, *args)
+
+    import skdp_label.mechanisms.classification._rr_top_k as rr_top_k
+
+    real_randomize = rr_top_k._BaseTopKMechanism.randomize
+
+    def randomize(self, labels, priors):
+        seen.append(np.bincount(np.asarray(labels), minlength=3))
+        return real_randomize(self, labels, priors)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_classifier, "cluster_priors", recording)
+        mp.setattr(rr_top_k._BaseTopKMechanism, "randomize", randomize)
+        for eps in (0.05, 1.5):  # k = 1 (two histograms) and k = 2 (histogram + labels)
+            seen.clear()
+            acc = BudgetAccountant()
+            clf = LabelDPClassifier(LogisticRegression(), "auto", eps, classes=range(3),
+                                    accountant=acc, random_state=1).fit(X, y)
+            assert len(seen) == 2
+            np.testing.assert_array_equal(seen[0] + seen[1], np.bincount(y))  # a partition
+            assert [e.epsilon for e in acc.ledger] == pytest.approx([eps, eps])
+            assert len({e.group for e in acc.ledger}) == 1
+            assert acc.spent_epsilon == pytest.approx(eps) == clf.epsilon_spent_
+            assert clf.privacy_report().epsilon == pytest.approx(eps)
+        assert clf.plan_["k"] >= 2
+
+
+def test_drops_classes_on_evidence_only():
+    """Balanced classes, few histogram rows: the rule keeps all K classes far more
+    often than Lemma 1 on the posterior mean alone (the mutant without the one
+    standard deviation), which drops a class the model can then never predict."""
+    rng = np.random.default_rng(5)
+    kept, mutant = [], []
+    for rows, eps in [(74, 1.0), (165, 0.5), (29, 2.0)]:  # digits' histogram rows
+        codes, sd = np.arange(rows) % 10, histogram_noise_sd(eps, rows)
+        for _ in range(300):
+            histogram = noisy_histogram(codes, 10, eps, rng)
+            kept.append(robust_top_k(histogram, eps, sd) == 10)
+            mutant.append(optimal_k(shrink_histogram(histogram, sd)[None], eps)[0] == 10)
+    # 900 draws each: standard errors about 0.01 (measured 0.95 and 0.89).
+    assert np.mean(kept) > 0.92 > np.mean(mutant)
+
+
+def test_named_class_prior_stays_a_budget_split():
+    """Outside 'auto' the class histogram covers all rows at a share of epsilon and
+    composes sequentially with the labels (a mutation putting it in the labels'
+    disjoint group would charge max instead of the sum)."""
+    X, y = _noise_features(900)
+    acc = BudgetAccountant()
+    clf = LabelDPClassifier(LogisticRegression(), "rr-with-prior", 1.0, classes=range(3),
+                            prior="class-frequencies", prior_epsilon=0.3, n_stages=2,
+                            accountant=acc, random_state=0).fit(X, y)
+    assert clf.histogram_sizes_ == [900] and clf.prior_budget(900) == (0.3, pytest.approx(0.7))
+    assert acc.ledger[0].group is None and acc.ledger[0].epsilon == pytest.approx(0.3)
+    assert acc.spent_epsilon == pytest.approx(1.0) == clf.epsilon_spent_
+    assert clf.privacy_report().epsilon == pytest.approx(1.0)

@@ -275,12 +275,20 @@ def test_auto_plan_accounting_and_majority_fallback():
     clf = LabelDPClassifier(LogisticRegression(), "auto", 0.05, classes=range(4), accountant=acc,
                             random_state=0).fit(X, y)
     plan = classification_plan(0.05, len(y), 4)
-    assert clf.plan_["prior_epsilon"] == plan["prior_epsilon"] == pytest.approx(0.025)
-    assert [e.epsilon for e in acc.ledger] == pytest.approx([0.025, 0.025])
+    m = plan["histogram_rows"]
+    assert clf.plan_["prior_epsilon"] == plan["prior_epsilon"] == pytest.approx(0.05)
+    # k = 1: RR-Top-1 labels would carry nothing, so the rows left go to a second
+    # histogram; both at the full epsilon on disjoint rows (one group: the fit costs 0.05).
+    assert [(e.epsilon, e.n_labels) for e in acc.ledger] == [(0.05, m), (0.05, len(y) - m)]
+    assert len({e.group for e in acc.ledger}) == 1 and acc.ledger[0].group is not None
     assert acc.spent_epsilon == pytest.approx(0.05) and clf.epsilon_spent_ == pytest.approx(0.05)
-    # k = 1: every noisy label is the histogram's top class; the model is that constant.
+    report = clf.privacy_report()
+    assert report.epsilon == pytest.approx(0.05)
+    assert [row["n_labels"] for row in report.steps] == [m, len(y) - m]
     assert clf.stage_k_ == [1.0] and isinstance(clf.estimator_, DummyClassifier)
     assert np.all(clf.predict(X) == 0)
+    pooled = clf.cluster_histograms_[0]
+    np.testing.assert_allclose(clf.predict_proba(X[:2]), np.tile(pooled, (2, 1)))
     big = LabelDPClassifier(LogisticRegression(), "auto", 4.0, classes=range(4),
                             random_state=0).fit(X, y)
     assert big.plan_["mechanism"] == "RandomizedResponse" and big.prior_epsilon_ == 0.0

@@ -39,6 +39,7 @@ from ._noise_aware import (
     effective_sample_size,
     histogram_noise_sd,
     robust_top_k,
+    sampled_histogram_sd,
     shrinkage_weight,
 )
 from ..utils._progress import format_epsilon
@@ -74,6 +75,13 @@ def _masks_from_priors(mechanism, priors):
     rank_in_set = np.arange(priors.shape[1])[None, :] < ks[:, None]
     masks[np.arange(priors.shape[0])[:, None], order] = rank_in_set
     return masks
+
+
+class _ChargedRelease:
+    """A release the estimator charged itself, as :func:`mechanism_report` reads it."""
+
+    def __init__(self, charges):
+        self.charges_ = charges
 
 
 def _num_rows(X):
@@ -117,10 +125,14 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         which is cloned and given this estimator's ``epsilon``). ``'auto'``
         follows the documented rule (docs/classification.md): plain
         randomized response when a prior cannot pay for itself (decided from
-        epsilon, n and K before spending), else a private class histogram
-        costing min(sqrt(K / n), epsilon / 2) and RR-Top-k on its top k
-        classes, k chosen from the noisy histogram with its noise accounted
-        for (k = K on balanced classes); see ``plan_``.
+        epsilon, n and K before spending), else a private class histogram of
+        a public random subset of the rows at the full epsilon (share
+        ``w / (1 - w) = sqrt(K - 1) / (K s sqrt(n))``, s the RR signal; see
+        :meth:`fit_plan`) and RR-Top-k at the full epsilon on the other
+        rows, on the histogram's top k classes, k chosen from the noisy
+        histogram on evidence only (k = K on balanced classes; k = 1: the
+        other rows go to a second histogram and the model is its top
+        class); see ``plan_``.
     epsilon : float, default=1.0
         Total privacy cost of one label per fit.
     n_stages : int, default=1
@@ -210,11 +222,18 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         Epsilon spent per label by this object, cumulative over its fits
         (within a fit: prior plus stages, which compose in parallel).
     prior_epsilon_ : float
-        Epsilon spent on the prior histograms (0 if none).
+        Epsilon spent on the prior histograms (0 if none). With
+        ``mechanism='auto'`` the histogram has rows of its own
+        (``histogram_sizes_``), so this is ``epsilon``, in parallel with the
+        labels.
+    histogram_sizes_ : list of int
+        Rows of each prior histogram release (``'auto'``: its own rows, and
+        the other rows' second histogram when k = 1).
     plan_ : dict
         The mechanism, prior, prior budget and stages used (what
-        ``mechanism='auto'`` chose; with its class histogram, also ``k``,
-        the size of the top-k set chosen from it).
+        ``mechanism='auto'`` chose; with its class histogram, also
+        ``histogram_rows`` and ``k``, the size of the top-k set chosen from
+        it).
     cluster_histograms_ : ndarray of shape (n_clusters, n_classes) or None
         The private prior histograms (epsilon-DP; one row for
         ``'class-frequencies'``).
@@ -357,7 +376,9 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
 
         Public (``epsilon``, ``n``, ``n_clusters``, ``classes``, ``mechanism``),
         so it can be read before anything is spent. ``epsilon_prior`` is 0 for
-        the uniform prior.
+        the uniform prior. With ``mechanism='auto'`` the class histogram has
+        rows of its own (:meth:`fit_plan` says how many), so both are
+        ``epsilon``, on disjoint rows.
 
         Parameters
         ----------
@@ -367,9 +388,33 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         -------
         epsilon_prior, epsilon_labels : float
         """
-        n_classes = len(check_classes(self.classes, owner=type(self).__name__))
-        eps_prior = self._plan(int(n_samples), n_classes)["prior_epsilon"]
+        plan = self.fit_plan(n_samples)
+        eps_prior = plan["prior_epsilon"]
+        if plan.get("histogram_rows"):
+            return eps_prior, float(self.epsilon)
         return eps_prior, float(self.epsilon) - eps_prior
+
+    def fit_plan(self, n_samples: int) -> dict:
+        """What a fit on ``n_samples`` rows will spend, before anything is spent.
+
+        Public inputs only. ``mechanism='auto'``: ``histogram_rows`` rows
+        (a public random subset) give a class histogram at the full epsilon
+        and the others are randomized (docs/classification.md, section 4);
+        the size k of the top-k set is chosen after the histogram is
+        charged (``plan_['k']``).
+
+        Parameters
+        ----------
+        n_samples : int
+
+        Returns
+        -------
+        plan : dict
+            ``mechanism``, ``prior``, ``prior_epsilon``, ``n_stages`` (and
+            ``histogram_rows`` for ``'auto'``).
+        """
+        n_classes = len(check_classes(self.classes, owner=type(self).__name__))
+        return dict(self._plan(int(n_samples), n_classes))
 
     def _plan(self, n_samples, n_classes):
         """Mechanism, prior, prior budget and stages of this fit (public).
@@ -489,7 +534,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         n_classes = classes.shape[0]
         plan = self._plan(codes.shape[0], n_classes)
         eps_prior = plan["prior_epsilon"]
-        eps_labels = float(self.epsilon) - eps_prior
+        # mechanism='auto': the histogram has rows of its own (parallel composition),
+        # so the labels keep the full epsilon.
+        n_histogram = plan.get("histogram_rows", 0)
+        eps_labels = float(self.epsilon) if n_histogram else float(self.epsilon) - eps_prior
         context = self._fit_context(X)
         # Local to this fit: the stage split, the clusters and their noisy
         # histograms. Never stored.
@@ -499,6 +547,9 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             accountant = getattr(self.mechanism, "accountant", None)
         n_stages = plan["n_stages"]
         parts = partition_stages(codes.shape[0], stage_fractions(n_stages, self.stage_split), rng)
+        histogram_rows = np.arange(0)
+        if n_histogram:  # one stage: a public random subset of it gives the histogram
+            histogram_rows, parts = parts[0][:n_histogram], [parts[0][n_histogram:]]
         # The stages' mechanisms never charge the accountant themselves: this
         # estimator charges them as one disjoint group.
         mechanisms = [
@@ -522,8 +573,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             mech.fit(y[:1])  # validates the mechanism's public inputs, spends nothing
         self._check_noise_options(mechanisms)
         stage_costs = [mech._total_cost() for mech in mechanisms]
+        eps_stages = max(c[0] for c in stage_costs)
+        eps_total = max(eps_prior, eps_stages) if n_histogram else eps_prior + eps_stages
         if accountant is not None:
-            accountant.check(eps_prior + max(c[0] for c in stage_costs), max(c[1] for c in stage_costs))
+            accountant.check(eps_total, max(c[1] for c in stage_costs))
         progress = self._progress()
         progress(
             f"{n_stages} stage(s) of {[int(r.shape[0]) for r in parts]} examples, "
@@ -531,44 +584,60 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         )
         priors = None
         self.cluster_centers_ = self.cluster_histograms_ = None
+        self.histogram_sizes_ = []
+        group = None
+        if accountant is not None and (n_stages > 1 or n_histogram):
+            group = accountant.disjoint_group(type(self).__name__)
         if plan["prior"] != "uniform":
             if plan["prior"] == "clusters":
                 cluster_of, centers = feature_clusters(X, self.n_clusters)  # public: free
-            else:  # one histogram of all the labels
+            else:  # one histogram of all the labels (or of the histogram's own rows)
                 cluster_of, centers = np.zeros(codes.shape[0], dtype=np.int64), None
-            if accountant is not None:
-                accountant.spend(
-                    eps_prior, n_labels=codes.shape[0],
-                    description=f"{type(self).__name__}: {_PRIOR_STEP[plan['prior']]}",
-                    details={"estimator": type(self).__name__, "step": _PRIOR_STEP[plan["prior"]]},
-                )
+            prior_rows = histogram_rows if n_histogram else np.arange(codes.shape[0])
+            # On all rows the histogram composes sequentially with the labels; only on
+            # rows of its own ('auto') does it join their disjoint group.
+            self._charge_histogram(accountant, eps_prior, prior_rows.shape[0], plan["prior"],
+                                   group if n_histogram else None)
             n_clusters = 1 if centers is None else centers.centers.shape[0]
             priors, self.cluster_histograms_ = cluster_priors(
-                cluster_of, n_clusters, codes, n_classes, eps_prior, rng
+                cluster_of[prior_rows], n_clusters, codes[prior_rows], n_classes, eps_prior, rng
             )
+            if n_histogram:  # every labelled row gets the one histogram
+                priors = np.broadcast_to(self.cluster_histograms_[0], (codes.shape[0], n_classes))
             self.cluster_centers_ = centers
             if self.mechanism == "auto":  # step 2 of the rule: k from the charged histogram
-                plan["k"] = robust_top_k(self.cluster_histograms_[0], eps_labels,
-                                         histogram_noise_sd(eps_prior, codes.shape[0]))
+                # On rows of its own the histogram also carries their sampling error.
+                noise_sd = (sampled_histogram_sd(eps_prior, n_histogram, n_classes)
+                            if n_histogram else histogram_noise_sd(eps_prior, codes.shape[0]))
+                plan["k"] = robust_top_k(self.cluster_histograms_[0], eps_labels, noise_sd)
                 for mech in mechanisms:
                     mech.set_params(k=plan["k"])
+                if n_histogram and plan["k"] == 1:
+                    # RR-Top-1 labels would all be the top class and carry nothing: the
+                    # other rows go to a second histogram (same epsilon, disjoint rows).
+                    self._charge_histogram(accountant, eps_prior, parts[0].shape[0],
+                                           plan["prior"], group)
+                    second = cluster_priors(np.zeros(parts[0].shape[0], dtype=np.int64), 1,
+                                            codes[parts[0]], n_classes, eps_prior, rng)[1][0]
+                    self.cluster_histograms_ = (
+                        (n_histogram * self.cluster_histograms_[0] + parts[0].shape[0] * second)
+                        / codes.shape[0])[None, :]
             progress(
                 f"cluster prior: noisy class histograms of {n_clusters} clusters, epsilon "
                 f"{format_epsilon(eps_prior)}"
                 if centers is not None
                 else f"class prior: one noisy class histogram, epsilon {format_epsilon(eps_prior)}"
             )
-        group = None
-        if accountant is not None and n_stages > 1:
-            group = accountant.disjoint_group(type(self).__name__)
 
         noisy_codes = np.full(codes.shape[0], -1, dtype=np.int64)
         masks = np.zeros((codes.shape[0], n_classes), dtype=bool)
         model = previous = None
         self.stage_k_, self.stage_train_sizes_ = [], []
-        stages = progress.stages(
-            enumerate(zip(parts, mechanisms, stage_costs)), total=n_stages, desc=type(self).__name__
-        )
+        # k = 1 on the histogram's own rows: no label is randomized, the model is its top class.
+        constant_only = bool(n_histogram) and plan.get("k") == 1
+        stage_plan = [] if constant_only else list(zip(parts, mechanisms, stage_costs))
+        stages = progress.stages(enumerate(stage_plan), total=len(stage_plan),
+                                 desc=type(self).__name__)
         for stage, (rows, mech, cost) in stages:
             X_rows = _safe_indexing(X, rows)
             if model is not None:
@@ -617,6 +686,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
                 )
             self.stage_train_sizes_.append(int(train.shape[0]))
 
+        if constant_only:
+            top = int(np.argmax(self.cluster_histograms_[0]))
+            model = DummyClassifier(strategy="prior").fit(X, np.full(codes.shape[0], top))
+            self.stage_k_, self.stage_train_sizes_ = [1.0], [0]
         self.estimator_ = model
         self.mechanisms_ = mechanisms
         self.mechanism_ = mechanisms[-1]
@@ -626,10 +699,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         # noise sets that the correction needs at prediction time.
         self.prior_estimator_ = previous if self.proba_correction is not None else None
         self.majority_guard_ = None
-        if self._guards():
+        if self._guards() and not constant_only:
             try:
                 self.majority_guard_ = self._guard(
-                    X, noisy_codes, masks, eps_labels, routed, mechanisms[0])
+                    X, noisy_codes, masks, eps_labels, routed, mechanisms[0], parts[0])
             except Exception as exc:  # noqa: BLE001 - the budget is spent: keep the release
                 warnings.warn(
                     f"{type(self).__name__}: the majority guard failed ({type(exc).__name__}); "
@@ -644,12 +717,14 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
                 f"majority guard: the {self.majority_guard_['choice']} predicts (cross-fitted "
                 "accuracy estimates from the noisy labels)"
             )
-        self._fit_shrinkage(noisy_codes, masks, parts, train_masks, eps_labels)
-        # Stages compose in parallel (disjoint rows); refits add up.
-        self.epsilon_spent_ = getattr(self, "epsilon_spent_", 0.0) + eps_prior + max(
-            float(m.epsilon_spent_) for m in mechanisms
-        )
-        self.stage_sizes_ = [int(r.shape[0]) for r in parts]
+        self.class_prior_, self.shrinkage_ = None, 0.0
+        if not constant_only:
+            self._fit_shrinkage(noisy_codes, masks, parts, train_masks, eps_labels)
+        # Stages (and the histogram's own rows) compose in parallel; refits add up.
+        eps_stages = max(float(getattr(m, "epsilon_spent_", 0.0)) for m in mechanisms)
+        self.epsilon_spent_ = getattr(self, "epsilon_spent_", 0.0) + (
+            max(eps_prior, eps_stages) if n_histogram else eps_prior + eps_stages)
+        self.stage_sizes_ = [0] if constant_only else [int(r.shape[0]) for r in parts]
         return self
 
     def _fit_shrinkage(self, noisy_codes, masks, parts, train_masks, eps_labels):
@@ -676,6 +751,16 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         else:
             self.shrinkage_ = float(self.shrinkage)
 
+    def _charge_histogram(self, accountant, epsilon, n_labels, prior, group):
+        """Charge one prior histogram release (before it is drawn)."""
+        if accountant is not None:
+            accountant.spend(
+                epsilon, n_labels=n_labels, group=group,
+                description=f"{type(self).__name__}: {_PRIOR_STEP[prior]}",
+                details={"estimator": type(self).__name__, "step": _PRIOR_STEP[prior]},
+            )
+        self.histogram_sizes_.append(int(n_labels))
+
     def _guards(self):
         """Whether the majority guard runs (``'auto'``: for mechanism='auto')."""
         if self.majority_guard == "auto":
@@ -690,14 +775,18 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             return np.argmax(backward_correct(self._proba(model, X), masks, epsilon), axis=1)
         return np.asarray(model.predict(X), dtype=np.int64)
 
-    def _guard(self, X, noisy_codes, masks, epsilon, routed, mech):
+    def _guard(self, X, noisy_codes, masks, epsilon, routed, mech, rows):
         """Cross-fitted model vs constant on the noisy labels (free; docs/classification.md).
 
         The constant is the private histogram's top class when there is one
         (a separate, charged release), else the top class of the debiased
         frequencies of the training folds' noisy labels. Only the two means
-        and the standard error of their difference are kept.
+        and the standard error of their difference are kept. ``rows`` are the
+        randomized rows (not the histogram's own).
         """
+        if rows.shape[0] < masks.shape[0]:
+            X, routed = _safe_indexing(X, rows), _check_method_params(X, routed, rows)
+            noisy_codes, masks = noisy_codes[rows], masks[rows]
         n_samples, n_classes = masks.shape
         if n_samples < 2 * GUARD_FOLDS:  # too few rows to hold any out: keep the model
             return {"model_accuracy": None, "constant_accuracy": None, "difference_se": None,
@@ -729,7 +818,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
                 "choice": "constant" if prefers_constant(model_acc, constant_acc, se) else "model"}
 
     def _constant_prior(self):
-        """The class prior when the guard chose the constant predictor, else None."""
+        """The class prior when the guard chose the constant predictor, or when
+        'auto' chose k = 1 (no label randomized), else None."""
+        if self.plan_.get("histogram_rows") and self.plan_.get("k") == 1:
+            return self.cluster_histograms_[0]
         if self.majority_guard_ is None or self.majority_guard_["choice"] != "constant":
             return None
         if self.cluster_histograms_ is not None:
@@ -747,6 +839,13 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         return self.cluster_histograms_[nearest_cluster(X, self.cluster_centers_)]
 
     def _report_parts(self):
+        if self.plan_.get("histogram_rows"):
+            # 'auto': the histograms have rows of their own, in parallel with the labels.
+            step = _PRIOR_STEP[self.plan_["prior"]]
+            histograms = [_ChargedRelease([{"stage": None, "step": step, "delta": 0.0,
+                                            "epsilon": self.prior_epsilon_, "n_labels": n}])
+                          for n in self.histogram_sizes_]
+            return [*histograms, *self.mechanisms_], [], True
         extra = []
         if self.prior_epsilon_ > 0:
             extra.append({

@@ -31,7 +31,7 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..mechanisms.classification._solver import optimal_k
+from ..mechanisms.classification._solver import keep_probability
 
 __all__ = [
     "debiasing_scale",
@@ -46,7 +46,11 @@ __all__ = [
     "softmax",
     "class_prior_epsilon",
     "classification_plan",
+    "histogram_rows",
+    "histogram_share",
+    "labels_frequency_se",
     "histogram_noise_sd",
+    "sampled_histogram_sd",
     "robust_top_k",
     "shrink_histogram",
 ]
@@ -225,6 +229,33 @@ def histogram_noise_sd(prior_epsilon, n_samples):
     return 2.0 * math.sqrt(2.0) / (float(prior_epsilon) * float(n_samples))
 
 
+def sampled_histogram_sd(prior_epsilon, n_rows, n_classes):
+    """Standard deviation of one class frequency of a histogram of a random
+    subset of ``n_rows`` rows, as an estimate of the frequencies of all rows.
+
+    The discrete Laplace noise (:func:`histogram_noise_sd`) plus the subset's
+    sampling error, about (K - 1) / (K^2 m) per class near balanced classes
+    (public). On m rows at epsilon the sampling term dominates once
+    m > 8 K^2 / ((K - 1) eps^2): at digits' eps = 2, from 22 rows.
+    """
+    sampling = (n_classes - 1.0) / (float(n_classes) ** 2 * float(n_rows))
+    return math.sqrt(histogram_noise_sd(prior_epsilon, n_rows) ** 2 + sampling)
+
+
+def _posterior(histogram, noise_sd):
+    """(posterior mean, shrinkage weight B) of :func:`shrink_histogram`."""
+    x = np.asarray(histogram, dtype=np.float64)
+    n_classes, var = x.shape[0], float(noise_sd) ** 2
+    center = 1.0 / n_classes
+    spread = float(np.mean((x - center) ** 2))
+    # The spread of pure noise has mean var (K - 1) / K and standard deviation
+    # var sqrt(2 (K - 1)) / K: the skew is counted one standard error low.
+    noise_spread = var * (n_classes - 1 + math.sqrt(2.0 * (n_classes - 1))) / n_classes
+    tau2 = max(0.0, spread - noise_spread)
+    weight = tau2 / (tau2 + var) if tau2 > 0 else 0.0
+    return center + weight * (x - center), weight
+
+
 def shrink_histogram(histogram, noise_sd):
     """Posterior mean of the class frequencies given their noisy histogram.
 
@@ -232,17 +263,15 @@ def shrink_histogram(histogram, noise_sd):
     exchangeable draws around 1 / K with variance tau^2, each observed with
     noise of variance sd^2; the posterior mean is 1 / K + B (x - 1 / K) with
     B = tau^2 / (tau^2 + sd^2), and tau^2 is estimated from the spread of the
-    noisy frequencies, max(0, mean((x - 1/K)^2) - sd^2 (K - 1) / K). Balanced
+    noisy frequencies less what noise alone gives, one standard error low
+    (on evidence, as the guard): max(0, mean((x - 1/K)^2) - sd^2 (K - 1 +
+    sqrt(2 (K - 1))) / K) (under pure noise the spread is sd^2 chi^2_{K-1} / K,
+    so B > 0 in about one draw in six). Balanced
     classes whose differences are all noise come back near uniform; a
     skewed histogram far above its noise is kept. Post-processing of the
     histogram and public inputs.
     """
-    x = np.asarray(histogram, dtype=np.float64)
-    center = 1.0 / x.shape[0]
-    spread = float(np.mean((x - center) ** 2))
-    tau2 = max(0.0, spread - float(noise_sd) ** 2 * (x.shape[0] - 1) / x.shape[0])
-    weight = tau2 / (tau2 + float(noise_sd) ** 2) if tau2 > 0 else 0.0
-    return center + weight * (x - center)
+    return _posterior(histogram, noise_sd)[0]
 
 
 def robust_top_k(histogram, label_epsilon, noise_sd):
@@ -252,14 +281,72 @@ def robust_top_k(histogram, label_epsilon, noise_sd):
     (e^eps + k - 1), the probability that a noisy label is correct. At small
     epsilon that objective is nearly flat in k for balanced classes (about
     1 / K for every k), so on the raw noisy histogram the noise decides k,
-    down to k = 1 (a constant) on balanced data. The Bayes choice maximises
-    the objective's posterior mean: the same rule on the posterior mean of
-    the frequencies, :func:`shrink_histogram` (the top-k set is that of the
-    noisy histogram, whose order shrinkage keeps). k = K is plain randomized
-    response (ties go to the smallest k, and a uniform histogram gives K).
+    down to k = 1 (a constant) on balanced data. Here the objective is
+    evaluated on the posterior of the frequencies (:func:`shrink_histogram`;
+    the top-k set is that of the noisy histogram, whose order shrinkage
+    keeps), and classes are dropped **on evidence only**, as the majority
+    guard decides: k = K (plain randomized response, nothing dropped, its
+    value exact) unless a smaller k beats it by more than one posterior
+    standard deviation of its value (the mass left out has posterior
+    variance B sd^2 per class; the masses sum to 1, so min(K - k, k)
+    classes' worth). Among the k that do, the posterior mean decides (ties:
+    the smallest). A class the model can never predict again costs its whole
+    mass, while the gain of a smaller set is often only a slightly higher
+    keep probability.
     """
-    shrunk = shrink_histogram(histogram, noise_sd)
-    return int(optimal_k(shrunk[None, :], float(label_epsilon))[0])
+    x = np.asarray(histogram, dtype=np.float64)
+    n_classes = x.shape[0]
+    mean, weight = _posterior(x, noise_sd)
+    masses = mean[np.argsort(-x, kind="stable")]
+    ks = np.arange(1, n_classes + 1)
+    keep = keep_probability(ks, label_epsilon)
+    value = np.clip(np.cumsum(masses), 0.0, 1.0) * keep
+    value_sd = float(noise_sd) * np.sqrt(weight * np.minimum(n_classes - ks, ks)) * keep
+    on_evidence = value - value_sd > keep[-1]
+    on_evidence[-1] = True
+    value = np.where(on_evidence, value, -np.inf)
+    near = value >= value.max() * (1.0 - 1e-12)
+    return int(ks[np.argmax(near)])
+
+
+def labels_frequency_se(epsilon, n_samples, n_classes):
+    """Standard error of one class frequency debiased from n RR labels at epsilon.
+
+    Near balanced frequencies (1 / K each) a noisy label equals a class with
+    probability about 1 / K, and debiasing divides by the RR signal
+    s = 1 - K p = (e^eps - 1) / (e^eps + K - 1): the frequency the labels
+    themselves give has standard error sqrt(K - 1) / (K s sqrt(n)). Public.
+    """
+    _, signal = debiasing_scale(n_classes, epsilon)
+    return math.sqrt(n_classes - 1.0) / (n_classes * float(signal) * math.sqrt(n_samples))
+
+
+def histogram_share(epsilon, n_samples, n_classes):
+    """Share w of the rows whose labels go to the class histogram (step 1 of 'auto').
+
+    The histogram and the randomized labels use disjoint rows, each at the full
+    epsilon (parallel composition). Its odds are the standard error with which
+    the labels would give the class frequencies themselves
+    (:func:`labels_frequency_se`):
+
+        w / (1 - w) = sqrt(K - 1) / (K s(eps) sqrt(n)).
+
+    Where the labels carry signal the share is small (about 1 / sqrt(K n_e),
+    n_e = n s^2 the labels' effective clean count: 2 % of digits' rows at
+    eps = 2); where they are nearly pure noise (tiny eps) it tends to 1: the
+    class frequencies, hence the majority class, are what can be learned.
+    Decreasing in epsilon; public (docs/classification.md).
+    """
+    odds = labels_frequency_se(epsilon, n_samples, n_classes)
+    return odds / (1.0 + odds)
+
+
+def histogram_rows(epsilon, n_samples, n_classes):
+    """Rows of the class histogram: round(w n), at least 1, leaving at least 1."""
+    if n_samples < 2:
+        return 0
+    m = int(round(histogram_share(epsilon, n_samples, n_classes) * n_samples))
+    return min(max(m, 1), n_samples - 1)
 
 
 def classification_plan(epsilon, n_samples, n_classes):
@@ -269,19 +356,22 @@ def classification_plan(epsilon, n_samples, n_classes):
     epsilon when e^eps >= 3K + 1: a prior can only make RR-Top-k drop a
     class whose mass is below 1 / (e^eps + K - 1) (dropping it must beat the
     higher keep probability of the smaller set), here under a quarter of the
-    uniform mass 1 / K: too little to gain for the budget the prior takes.
+    uniform mass 1 / K: too little to gain for the rows the prior takes.
 
-    Otherwise a private class histogram costing
-    ``class_prior_epsilon(epsilon, n, K)``, then RR-Top-k at the rest of the
-    budget on the top k classes of the histogram, k chosen after the
-    histogram is charged by :func:`robust_top_k` (step 2): k = K (plain RR
-    at eps - eps_1) on balanced classes, k = 1 (the histogram's majority
-    class) when the labels are too weak to beat it.
+    Otherwise a public random subset of ``histogram_rows(epsilon, n, K)``
+    rows gives a class histogram at the full epsilon, and the other rows'
+    labels are randomized by RR-Top-k at the full epsilon (disjoint rows:
+    the fit costs epsilon). k is chosen after the histogram is charged by
+    :func:`robust_top_k` (step 2): k = K (plain RR) on balanced classes,
+    k = 1 (the histogram's majority class) when the labels are too weak to
+    beat it; with k = 1 the labels would carry nothing, so the other rows
+    go to a second histogram instead.
 
     Returns
     -------
     plan : dict
-        ``mechanism``, ``prior``, ``prior_epsilon`` and ``n_stages``.
+        ``mechanism``, ``prior``, ``prior_epsilon`` (the histogram's epsilon,
+        on its own rows), ``histogram_rows`` and ``n_stages``.
 
     Examples
     --------
@@ -289,15 +379,17 @@ def classification_plan(epsilon, n_samples, n_classes):
     >>> classification_plan(8.0, 1000, 5)["mechanism"]
     'rr'
     >>> plan = classification_plan(0.5, 1000, 10)
-    >>> plan["mechanism"], plan["prior"], round(plan["prior_epsilon"], 4)
-    ('rr-top-k', 'class-frequencies', 0.1)
+    >>> plan["mechanism"], plan["prior"], plan["prior_epsilon"], plan["histogram_rows"]
+    ('rr-top-k', 'class-frequencies', 0.5, 135)
     """
-    if float(epsilon) >= math.log(3.0 * n_classes + 1.0):
-        return {"mechanism": "rr", "prior": "uniform", "prior_epsilon": 0.0, "n_stages": 1}
+    if float(epsilon) >= math.log(3.0 * n_classes + 1.0) or n_samples < 2:  # no rows to split
+        return {"mechanism": "rr", "prior": "uniform", "prior_epsilon": 0.0, "histogram_rows": 0,
+                "n_stages": 1}
     return {
         "mechanism": "rr-top-k",
         "prior": "class-frequencies",
-        "prior_epsilon": class_prior_epsilon(epsilon, n_samples, n_classes),
+        "prior_epsilon": float(epsilon),
+        "histogram_rows": histogram_rows(epsilon, n_samples, n_classes),
         "n_stages": 1,
     }
 
