@@ -36,10 +36,9 @@ from sklearn.model_selection import GridSearchCV, train_test_split
 from sklearn.utils.validation import check_consistent_length
 
 from ._accountant import BudgetAccountant
-from ._kernels._sampling import staircase_noise
 from .estimators._base import BaseLabelDPEstimator
 from .mechanisms._base import BaseLabelMechanism
-from .mechanisms._prior import noisy_histogram
+from .mechanisms._prior import noisy_histogram, noisy_mean
 from .mechanisms._validation import encode_classes
 from .plotting import PrivacyUtilityDisplay
 from .utils._random import (
@@ -64,11 +63,6 @@ COLUMNS = (
     "method", "reference", "epsilon", "seed", "score", "fit_time", "epsilon_spent", "status",
     "error",
 )
-
-# The epsilon-DP mean counts labels in 1/_MEAN_UNITS of the bounds' span:
-# rounding moves the mean by at most 1/2048 of the span.
-_MEAN_UNITS = 1024
-
 
 # -- reference predictors ------------------------------------------------------
 class _ConstantRegressor(RegressorMixin, BaseEstimator):
@@ -99,18 +93,12 @@ class _ConstantClassifier(ClassifierMixin, BaseEstimator):
 
 
 def _dp_mean(y, bounds, epsilon, rng):
-    """epsilon-DP mean of labels in public ``bounds`` (label-replacement DP).
-
-    The labels are clipped to the bounds and counted in integer units of
-    the span / ``_MEAN_UNITS``, so one label moves the sum by at most
-    ``_MEAN_UNITS`` units; discrete Laplace noise of scale
-    ``_MEAN_UNITS / epsilon`` (integer noise: no floating-point artifact) is
-    added to the sum. The number of labels is public (the features are).
-    """
-    lo, hi = bounds
-    units = np.rint((np.clip(y, lo, hi) - lo) / (hi - lo) * _MEAN_UNITS)
-    noisy_sum = units.sum() + staircase_noise(rng, epsilon / _MEAN_UNITS, 1, 1, size=1)[0]
-    return float(np.clip(lo + noisy_sum / y.shape[0] * (hi - lo) / _MEAN_UNITS, lo, hi))
+    """epsilon-DP mean of labels in public ``bounds`` (label-replacement DP):
+    the library's :func:`~skdp_label.mechanisms._prior.noisy_mean` (exact
+    integer noise on a randomized-rounded sum), clipped to the bounds (a
+    constant predictor may be biased; its level must be a valid label)."""
+    mean, _ = noisy_mean(np.asarray(y, dtype=np.float64), bounds, epsilon, rng)
+    return float(np.clip(mean, bounds[0], bounds[1]))
 
 
 def _dp_majority(y, classes, epsilon, rng):

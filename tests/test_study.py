@@ -179,19 +179,20 @@ def test_plot_study_draws_every_method_through_privacy_utility_display(study):
 
 
 def test_dp_mean_noise_has_the_calibrated_scale():
-    # One label moves the sum of units by at most _MEAN_UNITS: discrete Laplace
-    # noise exp(-eps |z| / _MEAN_UNITS) on the sum, i.e. variance ~ 2 (units / eps)^2
-    # in sum units. A mis-scaled noise (e.g. per-label instead of per-sum) is off
-    # by orders of magnitude; the 10% margin is ~6 standard errors at 20,000 draws.
-    from skdp_label.study import _MEAN_UNITS, _dp_mean
+    # One label moves the sum of units by at most MEAN_UNITS: discrete Laplace
+    # noise exp(-eps |z| / MEAN_UNITS) on the sum, variance 1 / (2 sinh^2(lam / 2))
+    # in sum units (labels on the unit grid: no rounding noise). A mis-scaled
+    # noise (e.g. per-label instead of per-sum) is off by orders of magnitude;
+    # the 10% margin is ~6 standard errors at 20,000 draws.
+    from skdp_label.mechanisms._prior import MEAN_UNITS
+    from skdp_label.study import _dp_mean
 
     y = np.full(100, 5.0)  # mean 5 in bounds (0, 10): far from the clipping at 0 and 10
     rng = np.random.default_rng(0)
     draws = np.array([_dp_mean(y, (0.0, 10.0), 1.0, rng) for _ in range(20_000)])
-    lam = 1.0 / _MEAN_UNITS
-    b = np.exp(-lam)
-    sum_variance = 2 * b / (1 - b) ** 2  # discrete Laplace, in units of the sum
-    expected = sum_variance * (10.0 / _MEAN_UNITS / 100) ** 2
+    lam = 1.0 / MEAN_UNITS
+    sum_variance = 0.5 / np.sinh(lam / 2) ** 2  # discrete Laplace, in units of the sum
+    expected = sum_variance * (10.0 / MEAN_UNITS / 100) ** 2
     assert draws.mean() == pytest.approx(5.0, abs=0.05)
     assert draws.var() == pytest.approx(expected, rel=0.1)
 
