@@ -11,15 +11,21 @@ references measured in the same run:
   from that path in a subprocess, on k up to ``--old-max``.
 
 It also runs a sweep of random irregular priors (near-tied labels, zero
-masses, heavy tails, sparse supports; epsilon 0.05 to 30) and reports how
-many certify, how many need the LP fallback and the times. The machine's
+masses, heavy tails, clustered labels; k log-uniform in 20 to 900 by
+default, epsilon 0.05 to 30) and reports how many certify to 1e-9 and 1e-6,
+how many need the LP fallback, the times and the slowest cases. Each prior
+of the sweep has its own generator, so ``--cases 17 42`` re-runs those two
+alone (with ``--old``, next to the other checkout's solver; with
+``--all-patterns`` that solver runs over all patterns at any k, as before
+the working set). The machine's
 load average is printed: on a shared machine compare ratios, not seconds.
 
 Times: wall clock and CPU (``time.process_time``, the figure to compare on a
 shared machine); the growth exponent is fitted to the CPU times.
 
 Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_unbiased_scaling.py``
-(``--sizes 50 200 1000`` to choose k, ``--sweep 0`` to skip the sweep).
+(``--sizes 50 200 1000`` to choose k, ``--sizes`` alone to skip them, ``--sweep 0``
+to skip the sweep).
 """
 
 import argparse
@@ -183,11 +189,13 @@ def main():
     with threadpool_limits(limits=1):
         solve(*uniform(5), 1.0)  # warm-up
         eps = args.epsilon
-        print(f"\nepsilon = {eps}; times in s; gap = (loss - certified bound) / loss")
+        if args.sizes:
+            print(f"\nepsilon = {eps}; times in s; gap = (loss - certified bound) / loss")
         head = f"{'prior':<12}{'k':>6}{'wall':>9}{'cpu':>9}{'loss':>14}{'gap':>10}"
         head += f"{'grid LP 4k':>12}{'LP loss/ours':>14}"
         head += f"{'old cpu':>10}{'old loss/ours':>15}" if args.old else ""
-        print(head)
+        if args.sizes:
+            print(head)
         fits = {}
         for name in args.priors:
             make = PRIORS[name]
@@ -212,7 +220,8 @@ def main():
                     ratio = f"{old_loss / loss:.10f}" if old_loss else "-"
                     row += f"{old_cpu:>10}{ratio:>15}"
                 print(row, flush=True)
-        print("\ngrowth exponent of the CPU time in k (least squares on log-log, k >= 200):")
+        if len(args.sizes) > 1:
+            print("\ngrowth exponent of the CPU time in k (least squares on log-log, k >= 200):")
         for name, pts in fits.items():
             pts = [(k, t) for k, t in pts if k >= 200]
             if len(pts) >= 2:
@@ -241,7 +250,7 @@ def sweep(args):
     print(f"\nirregular priors (k log-uniform in {args.sweep_k}, epsilon 0.05-30); CPU s")
     head = f"{'case':>6}{'kind':>11}{'k':>5}{'eps':>6}{'cpu':>8}{'gap':>10}"
     print(head + (f"{'old cpu':>10}{'old loss/ours':>15}" if args.old else ""))
-    rows, fails = [], 0
+    rows, fails, old_times = [], 0, {}
     for index in cases:
         kind, y, p, eps = sweep_case(index, tuple(args.sweep_k))
         try:
@@ -255,18 +264,26 @@ def sweep(args):
         if args.old:
             old_cpu, old_loss = old_solver_time(args.old, y, p, eps, args.timeout,
                                                 args.all_patterns)
-            old_cpu = f"{old_cpu:.2f}" if isinstance(old_cpu, float) else old_cpu
+            if isinstance(old_cpu, float):
+                old_times[index] = old_cpu
+                old_cpu = f"{old_cpu:.2f}"
             row += f"{old_cpu:>10}{(f'{old_loss / loss:.10f}' if old_loss else '-'):>15}"
         print(row, flush=True)
     if not rows:
         return
     idx, times, gaps = (np.array(x) for x in zip(*rows))
     slow = idx[np.argsort(times)[::-1][:5]]
-    print(f"\n{len(rows) + fails} priors: {fails} raised, {(gaps <= 1e-9).sum()} certified to 1e-9, "
-          f"{(gaps <= 1e-6).sum()} to 1e-6, {(gaps > 1e-6).sum()} not (LP fallback: valid bound, "
+    print(f"\n{len(rows) + fails} priors: {fails} raised, "
+          f"{(gaps <= 1e-9).sum()} certified to 1e-9, {(gaps <= 1e-6).sum()} to 1e-6, {(gaps > 1e-6).sum()} not (LP fallback: valid bound, "
           f"larger gap: cases {' '.join(map(str, idx[gaps > 1e-6]))}); CPU time median "
           f"{np.median(times):.3f} s, 95 % {np.quantile(times, 0.95):.2f} s, "
           f"max {times.max():.2f} s; slowest cases: {' '.join(map(str, slow))}")
+    if old_times:
+        ours = np.array([t for i, t, _ in rows if i in old_times])
+        old = np.array(list(old_times.values()))
+        print(f"--old on {old.size} of them: total CPU {old.sum():.1f} s (ours {ours.sum():.1f} s), "
+              f"max {old.max():.2f} s; ours slower by > 20 % and 0.5 s on "
+              f"{int(((ours > 1.2 * old) & (ours > old + 0.5)).sum())}")
 
 if __name__ == "__main__":
     main()
