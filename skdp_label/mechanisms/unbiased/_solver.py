@@ -1217,6 +1217,7 @@ def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-
         found = _support_solution(yn, p, e, u, w, ls, rs, t_all, r)
         if found is None:
             found = _lp_support_solution(yn, p, e, u, w, ls, rs, t_all, r, m)
+        stalled = 0
         for _ in range(8 if found is not None else 0):
             cover, (t, z, u_s, w_s) = found
             lower, pattern = staircase_lower_bound(yn, p, e, u_s, w_s, return_pattern=True)
@@ -1225,9 +1226,14 @@ def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-
             bound = max(bound, lower)
             loss = _ray_loss(yn, p, e, cover, t, z)
             gap = (loss - bound - slack) / loss
+            # Two rounds without halving the gap: the priced pattern is
+            # dropped again by the polish (non-unique duals on degenerate
+            # problems), measured to repeat up to the last round; the next
+            # interior-point round gives other duals.
+            stalled = stalled + 1 if best is not None and gap > 0.5 * best[0] else 0
             if best is None or gap < best[0]:
                 best = (gap, t, z, cover)
-            if gap <= gap_tol:
+            if gap <= gap_tol or stalled >= 2:
                 break
             # A pattern is missing: add the one pricing found and polish again.
             cover = np.column_stack([cover, pattern])
