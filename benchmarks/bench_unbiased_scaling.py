@@ -180,6 +180,8 @@ def main():
     parser.add_argument("--sweep-k", type=int, nargs=2, default=[20, 900], metavar=("MIN", "MAX"))
     parser.add_argument("--cases", type=int, nargs="+", default=None,
                         help="re-run these sweep priors only (their numbers in the sweep)")
+    parser.add_argument("--sweep-lp-max", type=int, default=0,
+                        help="largest k of a sweep prior also solved by the grid LP (4k points)")
     parser.add_argument("--all-patterns", action="store_true",
                         help="run the --old checkout's solver over all patterns at any k")
     parser.add_argument("--priors", nargs="+", default=list(PRIORS), choices=list(PRIORS))
@@ -249,7 +251,8 @@ def sweep(args):
     cases = args.cases if args.cases else range(args.sweep)
     print(f"\nirregular priors (k log-uniform in {args.sweep_k}, epsilon 0.05-30); CPU s")
     head = f"{'case':>6}{'kind':>11}{'k':>5}{'eps':>6}{'cpu':>8}{'gap':>10}"
-    print(head + (f"{'old cpu':>10}{'old loss/ours':>15}" if args.old else ""))
+    head += f"{'old cpu':>10}{'old loss/ours':>15}" if args.old else ""
+    print(head + (f"{'grid LP loss/ours':>19}" if args.sweep_lp_max else ""))
     rows, fails, old_times = [], 0, {}
     for index in cases:
         kind, y, p, eps = sweep_case(index, tuple(args.sweep_k))
@@ -268,6 +271,8 @@ def sweep(args):
                 old_times[index] = old_cpu
                 old_cpu = f"{old_cpu:.2f}"
             row += f"{old_cpu:>10}{(f'{old_loss / loss:.10f}' if old_loss else '-'):>15}"
+        if y.size <= args.sweep_lp_max:
+            row += f"{grid_lp(y, p, eps, 4 * y.size)[1] / loss:>19.6g}"
         print(row, flush=True)
     if not rows:
         return
