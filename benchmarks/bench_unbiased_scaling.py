@@ -11,15 +11,21 @@ references measured in the same run:
   from that path in a subprocess, on k up to ``--old-max``.
 
 It also runs a sweep of random irregular priors (near-tied labels, zero
-masses, heavy tails, sparse supports; epsilon 0.05 to 30) and reports how
-many certify, how many need the LP fallback and the times. The machine's
+masses, heavy tails, clustered labels; k log-uniform in 20 to 900 by
+default, epsilon 0.05 to 30) and reports how many certify to 1e-9 and 1e-6,
+how many need the LP fallback, the times and the slowest cases. Each prior
+of the sweep has its own generator, so ``--cases 17 42`` re-runs those two
+alone (with ``--old``, next to the other checkout's solver; with
+``--all-patterns`` that solver runs over all patterns at any k, as before
+the working set). The machine's
 load average is printed: on a shared machine compare ratios, not seconds.
 
 Times: wall clock and CPU (``time.process_time``, the figure to compare on a
 shared machine); the growth exponent is fitted to the CPU times.
 
 Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_unbiased_scaling.py``
-(``--sizes 50 200 1000`` to choose k, ``--sweep 0`` to skip the sweep).
+(``--sizes 50 200 1000`` to choose k, ``--sizes`` alone to skip them, ``--sweep 0``
+to skip the sweep).
 """
 
 import argparse
@@ -78,8 +84,11 @@ def near_ties(k, seed=0):
 PRIORS = {"census-like": census_like, "uniform": uniform, "near-ties": near_ties}
 
 
-def irregular_prior(rng, k):
-    kind = int(rng.integers(4))
+KINDS = ("near-ties", "heavy-tail", "integers", "clustered")
+
+
+def irregular_prior(rng, k, kind=None):
+    kind = int(rng.integers(4)) if kind is None else kind
     if kind == 0:
         return near_ties(k, int(rng.integers(1 << 30)))
     if kind == 1:
@@ -118,7 +127,10 @@ import json, sys, time, numpy as np
 sys.path.insert(0, sys.argv[1])  # the other checkout's package, nothing of this one
 import skdp_label
 assert skdp_label.__file__.startswith(sys.argv[1]), skdp_label.__file__
+from skdp_label.mechanisms.unbiased import _solver
 from skdp_label.mechanisms.unbiased._solver import mechanism_loss, optimal_unbiased_continuous
+if sys.argv[3] == "all":  # all k (k + 1) / 2 patterns at any k (no working set)
+    _solver._FULL_PATTERNS_MAX = 10**9
 data = np.load(sys.argv[2])
 y, p, eps = data["y"], data["p"], float(data["eps"])
 t0, c0 = time.perf_counter(), time.process_time()
@@ -131,7 +143,7 @@ print(json.dumps([time.perf_counter() - t0, time.process_time() - c0, loss]))
 """
 
 
-def old_solver_time(old_root, y, p, eps, timeout):
+def old_solver_time(old_root, y, p, eps, timeout, all_patterns=False):
     """CPU time and loss of the solver in another checkout, in a fresh
     one-thread process that imports only that checkout (the prior is
     passed in a file)."""
@@ -140,7 +152,8 @@ def old_solver_time(old_root, y, p, eps, timeout):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "prior.npz")
         np.savez(path, y=y, p=p, eps=eps)
-        args = [sys.executable, "-c", _OLD_SNIPPET, old_root, path]
+        args = [sys.executable, "-c", _OLD_SNIPPET, old_root, path,
+                "all" if all_patterns else "default"]
         return _run_old(args, env, timeout)
 
 
@@ -157,13 +170,20 @@ def _run_old(args, env, timeout):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[50, 200, 1000, 2000, 5000])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[50, 200, 1000, 2000, 5000])
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--lp-max", type=int, default=100, help="largest k for the grid LP")
     parser.add_argument("--old", default=None, help="checkout with the solver to compare")
     parser.add_argument("--old-max", type=int, default=1000)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--sweep", type=int, default=200, help="random irregular priors")
+    parser.add_argument("--sweep-k", type=int, nargs=2, default=[20, 900], metavar=("MIN", "MAX"))
+    parser.add_argument("--cases", type=int, nargs="+", default=None,
+                        help="re-run these sweep priors only (their numbers in the sweep)")
+    parser.add_argument("--sweep-lp-max", type=int, default=0,
+                        help="largest k of a sweep prior also solved by the grid LP (4k points)")
+    parser.add_argument("--all-patterns", action="store_true",
+                        help="run the --old checkout's solver over all patterns at any k")
     parser.add_argument("--priors", nargs="+", default=list(PRIORS), choices=list(PRIORS))
     args = parser.parse_args()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -171,11 +191,13 @@ def main():
     with threadpool_limits(limits=1):
         solve(*uniform(5), 1.0)  # warm-up
         eps = args.epsilon
-        print(f"\nepsilon = {eps}; times in s; gap = (loss - certified bound) / loss")
+        if args.sizes:
+            print(f"\nepsilon = {eps}; times in s; gap = (loss - certified bound) / loss")
         head = f"{'prior':<12}{'k':>6}{'wall':>9}{'cpu':>9}{'loss':>14}{'gap':>10}"
         head += f"{'grid LP 4k':>12}{'LP loss/ours':>14}"
         head += f"{'old cpu':>10}{'old loss/ours':>15}" if args.old else ""
-        print(head)
+        if args.sizes:
+            print(head)
         fits = {}
         for name in args.priors:
             make = PRIORS[name]
@@ -200,33 +222,73 @@ def main():
                     ratio = f"{old_loss / loss:.10f}" if old_loss else "-"
                     row += f"{old_cpu:>10}{ratio:>15}"
                 print(row, flush=True)
-        print("\ngrowth exponent of the CPU time in k (least squares on log-log, k >= 200):")
+        if len(args.sizes) > 1:
+            print("\ngrowth exponent of the CPU time in k (least squares on log-log, k >= 200):")
         for name, pts in fits.items():
             pts = [(k, t) for k, t in pts if k >= 200]
             if len(pts) >= 2:
                 slope = np.polyfit(np.log([k for k, _ in pts]), np.log([t for _, t in pts]), 1)[0]
                 print(f"  {name:<12} {slope:.2f}")
 
-        if args.sweep:
-            rng = np.random.default_rng(13)
-            times, gaps, fails = [], [], 0
-            for _ in range(args.sweep):
-                y, p = irregular_prior(rng, int(rng.integers(5, 60)))
-                e = float(rng.choice([0.05, 0.3, 1.0, 3.0, 8.0, 15.0, 22.0, 30.0]))
-                try:
-                    _, cpu, _, gap = solve(y, p, e)
-                    times.append(cpu)
-                    gaps.append(gap)
-                except RuntimeError:
-                    fails += 1
-            gaps = np.array(gaps)
-            print(f"\nsweep of {args.sweep} irregular priors (k 5-60, epsilon 0.05-30): "
-                  f"{fails} raised, {(gaps <= 1e-6).sum()} certified (gap <= 1e-6), "
-                  f"{(gaps > 1e-6).sum()} by the LP fallback (valid bound, larger gap); "
-                  f"CPU time median {np.median(times):.3f} s, "
-                  f"95 % {np.quantile(times, 0.95):.2f} s, "
-                  f"max {max(times):.2f} s")
+        if args.sweep or args.cases:
+            sweep(args)
 
+
+def sweep_case(index, k_range=(20, 900)):
+    """Irregular prior number ``index`` of the sweep (its own generator, so a
+    case re-runs alone: ``--cases``): k log-uniform in ``k_range``."""
+    rng = np.random.default_rng([13, index])
+    k = int(round(math.exp(rng.uniform(math.log(k_range[0]), math.log(k_range[1])))))
+    kind = int(rng.integers(4))
+    y, p = irregular_prior(rng, k, kind=kind)
+    eps = float(rng.choice([0.05, 0.3, 1.0, 3.0, 8.0, 15.0, 22.0, 30.0]))
+    return KINDS[kind], y, p, eps
+
+
+def sweep(args):
+    """Random irregular priors (or the listed ``--cases``): certified gap,
+    CPU time, fallbacks; with ``--old`` the other checkout on the same case."""
+    cases = args.cases if args.cases else range(args.sweep)
+    print(f"\nirregular priors (k log-uniform in {args.sweep_k}, epsilon 0.05-30); CPU s")
+    head = f"{'case':>6}{'kind':>11}{'k':>5}{'eps':>6}{'cpu':>8}{'gap':>10}"
+    head += f"{'old cpu':>10}{'old loss/ours':>15}" if args.old else ""
+    print(head + (f"{'grid LP loss/ours':>19}" if args.sweep_lp_max else ""))
+    rows, fails, old_times = [], 0, {}
+    for index in cases:
+        kind, y, p, eps = sweep_case(index, tuple(args.sweep_k))
+        try:
+            _, cpu, loss, gap = solve(y, p, eps)
+        except RuntimeError as exc:
+            fails += 1
+            print(f"{index:>6}{kind:>11}{y.size:>5}{eps:>6g}  raised {type(exc).__name__}")
+            continue
+        rows.append((index, cpu, gap))
+        row = f"{index:>6}{kind:>11}{y.size:>5}{eps:>6g}{cpu:>8.2f}{gap:>10.1e}"
+        if args.old:
+            old_cpu, old_loss = old_solver_time(args.old, y, p, eps, args.timeout,
+                                                args.all_patterns)
+            if isinstance(old_cpu, float):
+                old_times[index] = old_cpu
+                old_cpu = f"{old_cpu:.2f}"
+            row += f"{old_cpu:>10}{(f'{old_loss / loss:.10f}' if old_loss else '-'):>15}"
+        if y.size <= args.sweep_lp_max:
+            row += f"{grid_lp(y, p, eps, 4 * y.size)[1] / loss:>19.6g}"
+        print(row, flush=True)
+    if not rows:
+        return
+    idx, times, gaps = (np.array(x) for x in zip(*rows))
+    slow = idx[np.argsort(times)[::-1][:5]]
+    print(f"\n{len(rows) + fails} priors: {fails} raised, "
+          f"{(gaps <= 1e-9).sum()} certified to 1e-9, {(gaps <= 1e-6).sum()} to 1e-6, {(gaps > 1e-6).sum()} not (LP fallback: valid bound, "
+          f"larger gap: cases {' '.join(map(str, idx[gaps > 1e-6]))}); CPU time median "
+          f"{np.median(times):.3f} s, 95 % {np.quantile(times, 0.95):.2f} s, "
+          f"max {times.max():.2f} s; slowest cases: {' '.join(map(str, slow))}")
+    if old_times:
+        ours = np.array([t for i, t, _ in rows if i in old_times])
+        old = np.array(list(old_times.values()))
+        print(f"--old on {old.size} of them: total CPU {old.sum():.1f} s (ours {ours.sum():.1f} s), "
+              f"max {old.max():.2f} s; ours slower by > 20 % and 0.5 s on "
+              f"{int(((ours > 1.2 * old) & (ours > old + 0.5)).sum())}")
 
 if __name__ == "__main__":
     main()
