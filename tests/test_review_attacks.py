@@ -43,6 +43,9 @@ def test_mean_budget_is_what_is_charged_and_ledger_is_epsilon(mean_epsilon):
     mech.fit_transform(y)
     assert announced > 0 and mech.mean_epsilon_ == announced
     assert "spent epsilon=1," in repr(acc)
+    assert [c["step"] for c in mech.charges_][0] == "noisy label mean"
+    assert mech.charges_[0]["epsilon"] == announced
+    assert sum(c["epsilon"] for c in mech.charges_) == pytest.approx(1.0, abs=1e-12)
     # A refit charges mean + histogram + labels again, exactly epsilon more.
     mech.fit_transform(y)
     assert "spent epsilon=2," in repr(acc)
@@ -206,3 +209,14 @@ def test_check_class_labels_accepts_negative_zero_and_refuses_objects():
         # Mixed str/int objects: refused, though by numpy's TypeError (see report).
         with pytest.raises((ValueError, TypeError)):
             check_class_labels(np.array([0, 1, "2"], dtype=object), np.arange(3))
+
+
+def test_refit_without_mean_drops_the_stale_noisy_mean():
+    y = _labels()
+    mech = AutoRegression(epsilon=1.0, bounds=BOUNDS, mean_epsilon=0.3, random_state=0)
+    mech.fit_transform(y)
+    assert mech.noisy_mean_ is not None
+    mech.set_params(mean_epsilon=None).fit_transform(y)
+    assert mech.noisy_mean_ is None and mech.mean_epsilon_ == 0.0
+    assert [c["step"] for c in mech.charges_] == ["noisy label histogram", "randomized labels"]
+    assert sum(c["epsilon"] for c in mech.charges_) == pytest.approx(1.0, abs=1e-12)
