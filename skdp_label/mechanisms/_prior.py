@@ -213,7 +213,11 @@ def noisy_mean(y, bounds, epsilon, rng):
     noise = staircase_noise(rng, epsilon / MEAN_UNITS, 1, 1, size=1)
     total = float(rounded.sum()) + float(noise[0])
     unit = (hi - lo) / (MEAN_UNITS * n)
-    return lo + unit * total, unit**2 * (mean_noise_variance(epsilon) + n / 4.0)
+    # numpy floats: a span near the float64 limit gives an infinite variance
+    # bound (the mean then gets no weight), never an OverflowError after the charge.
+    with np.errstate(over="ignore"):
+        variance = np.float64(unit) ** 2 * (mean_noise_variance(epsilon) + n / 4.0)
+    return lo + unit * total, float(variance)
 
 
 def mean_noise_variance(epsilon):

@@ -321,6 +321,15 @@ class AutoRegression(BasePriorMechanism):
 
     def _check_public_inputs(self):
         self._candidate_names()
+        if self.bounds is not None:
+            # Variances on the range (risks, bin costs, the mean's) must be finite:
+            # found past the charges otherwise (a NaN bin cost, an overflow).
+            lo, hi = check_bounds(self.bounds, owner="AutoRegression")
+            if hi - lo > math.sqrt(np.finfo(np.float64).max / 1e3):
+                raise ValueError(
+                    f"AutoRegression: bounds=({lo:g}, {hi:g}) span too much for label "
+                    "variances to be finite float64; rescale the labels."
+                )
 
     def _params_for_rows(self, n_rows):
         # A keyed release fits on a placeholder: n_eff's default needs the row
