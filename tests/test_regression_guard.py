@@ -378,6 +378,19 @@ def test_regressor_reads_the_public_share_before_spending():
     assert acc.ledger[0].details["step"] == "noisy label mean"
 
 
+def test_sample_weights_spend_no_mean():
+    """The noisy mean is an unweighted sum; with sample weights the guard's
+    means are weighted, so no mean is bought: two ledger rows, total epsilon."""
+    X, y = _signal_data(400)
+    acc = BudgetAccountant()
+    weights = np.random.default_rng(1).uniform(0.5, 2.0, y.size)
+    reg = LabelDPRegressor(Ridge(), "auto", 1.0, bounds=BOUNDS, accountant=acc,
+                           random_state=0).fit(X, y, sample_weight=weights)
+    assert [e.details["step"] for e in acc.ledger] == ["noisy label histogram", "randomized labels"]
+    assert acc.spent_epsilon == pytest.approx(1.0, rel=1e-12)
+    assert reg.mechanism_.noisy_mean_ is None
+
+
 def test_share_rule_follows_the_lost_fraction_and_minimises_its_objective():
     # Learning hopeless (rho ~ 1): nearly all of epsilon buys the mean; learning
     # easy (rho ~ 0) with many labels: the floor of a tenth.

@@ -268,7 +268,12 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
             n_eff=n_eff,
             # The guard's level: 'auto' spends a public share of epsilon on a
             # noisy mean of the labels (docs/auto.md), unless told otherwise.
-            mean_epsilon="auto" if shrinkage is not None and self._is_auto() else None,
+            # Not with sample weights: the guard's means are weighted, and a
+            # weighted noisy sum would need a public bound on the weights.
+            mean_epsilon=(
+                "auto" if shrinkage is not None and self._is_auto()
+                and routed.get("sample_weight") is None else None
+            ),
         )
         mechanism.fit(y)
         self.n_eff_ = float(getattr(mechanism, "n_eff_", n_eff))
