@@ -120,6 +120,9 @@ UNSAFE = [
     (ExponentialMechanism, (0.0, 1e-310), [0.0], "span"),
     (RROnBins, (0.0, math.inf), [1.0], "finite"),
     (RROnBins, (-1e308, 1e308), [1.0], "span"),
+    # Finite span, infinite squared bin costs: failed after charging the prior.
+    (RROnBins, (-8e307, 8e307), [1.0], "squared errors"),
+    (RROnBins, (-1e160, 1e160), [1.0], "squared errors"),
     (DebiasedRR, (-1e308, 1e308), [1.0], "span"),
 ]
 

@@ -80,7 +80,7 @@ def test_huge_bounds_refused_before_any_charge(mean_epsilon):
     y = np.linspace(-1e307, 1e307, 300)
     _refused(lambda acc: AutoRegression(epsilon=1.0, bounds=(-8e307, 8e307),
                                         mean_epsilon=mean_epsilon, accountant=acc,
-                                        random_state=0), y, "span too much")
+                                        random_state=0), y, "spans too much")
 
 
 def test_noisy_mean_variance_bound_never_raises_on_huge_spans():

@@ -11,6 +11,7 @@ from ..utils._repr import format_number, public_repr
 __all__ = [
     "check_bounds",
     "check_labels_in_bounds",
+    "check_squared_span",
     "check_classes",
     "check_class_labels",
     "check_integer_labels",
@@ -57,6 +58,22 @@ def check_bounds(bounds, name="bounds", *, integer=False, owner=""):
                 f"(integers above are not exact in float64), got {public_repr(bounds)}."
             )
     return float(lo), float(hi)
+
+
+#: Largest label span whose squared error terms (bin costs, variances, risks)
+#: stay finite float64 with room for sums of a thousand of them.
+MAX_SQUARED_SPAN = math.sqrt(np.finfo(np.float64).max / 1e3)
+
+
+def check_squared_span(lo, hi, owner):
+    """Refuse a public range too wide for squared errors on it (before any
+    spend): mechanisms that optimise a squared loss or compare variances
+    would meet inf/NaN only after charging a private prior."""
+    if float(hi) - float(lo) > MAX_SQUARED_SPAN:
+        raise ValueError(
+            f"{owner}: the label range ({float(lo):g}, {float(hi):g}) spans too much for "
+            "squared errors on it to be finite float64; rescale the labels."
+        )
 
 
 def check_labels_in_bounds(y, bounds):

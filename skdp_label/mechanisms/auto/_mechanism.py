@@ -15,7 +15,7 @@ from ..._accountant import BudgetAccountant
 from .._base import BaseLabelMechanism
 from .._prior import BasePriorMechanism, noisy_mean, resolve_domain
 from .._registry import register_mechanism
-from .._validation import check_bounds
+from .._validation import check_bounds, check_squared_span
 from ..bins import RROnBins
 from ..unbiased import BiasVarianceRandomizer, OptimalUnbiased
 from ..unbiased._mechanisms import auto_grid_size
@@ -324,12 +324,7 @@ class AutoRegression(BasePriorMechanism):
         if self.bounds is not None:
             # Variances on the range (risks, bin costs, the mean's) must be finite:
             # found past the charges otherwise (a NaN bin cost, an overflow).
-            lo, hi = check_bounds(self.bounds, owner="AutoRegression")
-            if hi - lo > math.sqrt(np.finfo(np.float64).max / 1e3):
-                raise ValueError(
-                    f"AutoRegression: bounds=({lo:g}, {hi:g}) span too much for label "
-                    "variances to be finite float64; rescale the labels."
-                )
+            check_squared_span(*check_bounds(self.bounds, owner="AutoRegression"), "AutoRegression")
 
     def _params_for_rows(self, n_rows):
         # A keyed release fits on a placeholder: n_eff's default needs the row

@@ -14,6 +14,7 @@ from ..._accountant import BudgetAccountant
 from ..._kernels._sampling import rr_flip_probability
 from .._prior import BasePriorMechanism
 from .._registry import register_mechanism
+from .._validation import check_squared_span
 from ._sampling import BinLookup
 from ._solver import expected_loss, optimal_bins
 
@@ -175,6 +176,7 @@ class RROnBins(BasePriorMechanism):
     def _domain(self, n_labels=None):
         # Checked here, before any budget is spent on the prior.
         values, probs = super()._domain(n_labels)
+        check_squared_span(values[0], values[-1], type(self).__name__)
         if self.loss == "poisson" and values[0] < 0:
             raise ValueError(
                 "loss='poisson' needs non-negative labels; the domain starts at "
