@@ -206,9 +206,12 @@ def test_check_class_labels_accepts_negative_zero_and_refuses_objects():
         warnings.simplefilter("ignore")
         with pytest.raises((ValueError, TypeError)):
             check_class_labels(np.array([0, 1, object()], dtype=object), np.arange(3))
-        # Mixed str/int objects: refused, though by numpy's TypeError (see report).
-        with pytest.raises((ValueError, TypeError)):
+        # Mixed str/int objects: a ValueError naming the problem (invariant 5), not
+        # numpy's TypeError from ordering a str among ints.
+        with pytest.raises(ValueError, match="not among the 3 declared classes"):
             check_class_labels(np.array([0, 1, "2"], dtype=object), np.arange(3))
+        with pytest.raises(ValueError, match="not among the 2 declared classes"):
+            check_class_labels(np.array(["a", 1], dtype=object), np.array(["a", "b"], dtype=object))
 
 
 def test_refit_without_mean_drops_the_stale_noisy_mean():

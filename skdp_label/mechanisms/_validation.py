@@ -164,8 +164,12 @@ def encode_classes(y, classes):
             return codes
     order = np.argsort(classes, kind="stable")
     sorted_classes = classes[order]
-    position = np.clip(np.searchsorted(sorted_classes, y), 0, classes.shape[0] - 1)
-    if np.any(sorted_classes[position] != y):
+    try:
+        position = np.clip(np.searchsorted(sorted_classes, y), 0, classes.shape[0] - 1)
+        unknown = np.any(sorted_classes[position] != y)
+    except TypeError:  # labels of a type the classes cannot be ordered with ('2' among ints)
+        unknown = True
+    if unknown:
         # Neither the value, nor a count, nor a position: all are label statistics.
         raise ValueError(
             f"some labels are not among the {classes.shape[0]} declared classes; declare "
