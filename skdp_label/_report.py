@@ -170,7 +170,7 @@ def mechanism_report(owner, mechanisms, extra_steps=(), parallel=False) -> Priva
     last = mechanisms[-1]
     return PrivacyReport(
         owner=type(owner).__name__,
-        mechanism=type(last).__name__,
+        mechanism=getattr(last, "report_name", type(last).__name__),
         epsilon=float(epsilon),
         delta=float(delta),
         steps=steps,

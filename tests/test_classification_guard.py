@@ -274,6 +274,11 @@ def test_plan_uses_public_inputs_and_is_plain_rr_at_large_epsilon():
         assert clf.epsilon_spent_ == pytest.approx(1.5) == acc.spent_epsilon
     assert clf.plan_["k"] == 1 and clf.histogram_sizes_ == [plan["histogram_rows"],
                                                            800 - plan["histogram_rows"]]
+    # No label was randomized: the report names no mechanism and no noise level of one.
+    report = clf.privacy_report()
+    assert report.mechanism == "class histogram: constant model" and report.noise == {}
+    assert [row["n_labels"] for row in report.steps] == clf.histogram_sizes_
+    assert report.epsilon == pytest.approx(1.5)
 
 
 def test_balanced_histogram_gives_plain_rr_and_skew_gives_smaller_sets():

@@ -80,8 +80,14 @@ def _masks_from_priors(mechanism, priors):
 class _ChargedRelease:
     """A release the estimator charged itself, as :func:`mechanism_report` reads it."""
 
+    #: What the report calls the release when it is the last one (no mechanism ran after it).
+    report_name = "class histogram: constant model"
+
     def __init__(self, charges):
         self.charges_ = charges
+
+    def get_params(self, deep=False):
+        return {}
 
 
 def _num_rows(X):
@@ -845,6 +851,9 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             histograms = [_ChargedRelease([{"stage": None, "step": step, "delta": 0.0,
                                             "epsilon": self.prior_epsilon_, "n_labels": n}])
                           for n in self.histogram_sizes_]
+            if self.stage_sizes_ == [0]:
+                # k = 1: no label was randomized, the model is the pooled histogram's top class.
+                return histograms, [], True
             return [*histograms, *self.mechanisms_], [], True
         extra = []
         if self.prior_epsilon_ > 0:
