@@ -6,9 +6,10 @@ import warnings
 
 import numpy as np
 import pytest
+from sklearn.linear_model import LinearRegression
 
-from skdp_label import BudgetAccountant
-from skdp_label.mechanisms import AutoRegression, make_mechanism, mechanism_names
+from skdp_label import BudgetAccountant, LabelDPRegressor
+from skdp_label.mechanisms import AutoRegression, RandomizedResponse, make_mechanism, mechanism_names
 from skdp_label.mechanisms import _prior
 from skdp_label.mechanisms._validation import check_class_labels
 from skdp_label.release import KeyedRelease, generate_key_file, load_key, privatize
@@ -223,3 +224,18 @@ def test_refit_without_mean_drops_the_stale_noisy_mean():
     assert mech.noisy_mean_ is None and mech.mean_epsilon_ == 0.0
     assert [c["step"] for c in mech.charges_] == ["noisy label histogram", "randomized labels"]
     assert sum(c["epsilon"] for c in mech.charges_) == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_bool_budgets_are_refused_before_spending(flag):
+    # epsilon=True is a slip, not a budget of 1: refused by the shared constraint.
+    acc = BudgetAccountant()
+    for est in (
+        LabelDPRegressor(LinearRegression(), epsilon=flag, bounds=(0, 1), accountant=acc),
+        RandomizedResponse(epsilon=flag, classes=[0, 1], accountant=acc),
+        AutoRegression(epsilon=1.0, mean_epsilon=flag, bounds=(0, 1), accountant=acc),
+    ):
+        with pytest.raises(ValueError, match="not a bool"):
+            est.fit(np.zeros((3, 1)), [0, 1, 0]) if hasattr(est, "base_estimator") else est.fit(
+                [0.0, 1.0, 0.0])
+    assert acc.spent_epsilon == 0

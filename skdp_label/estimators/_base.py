@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone
 from sklearn.model_selection import GridSearchCV, ParameterGrid, check_cv
 from sklearn.utils import Bunch, get_tags
-from sklearn.utils._param_validation import HasMethods, Interval
+from sklearn.utils._param_validation import HasMethods
 from sklearn.utils.metadata_routing import (
     MetadataRouter,
     MethodMapping,
@@ -31,6 +30,7 @@ from .._accountant import BudgetAccountant
 from .._report import PrivacyReport
 from ..mechanisms._base import BaseLabelMechanism
 from ..mechanisms._registry import make_mechanism
+from ..mechanisms._validation import EpsilonInterval
 from ..mechanisms.classic._additive import (
     BaseAdditiveMechanism,
     BaseStaircaseFamily,
@@ -62,7 +62,7 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
     _parameter_constraints = {
         "base_estimator": [HasMethods(["fit", "predict"])],
         "mechanism": [str, BaseLabelMechanism],
-        "epsilon": [Interval(Real, 0, None, closed="neither")],
+        "epsilon": [EpsilonInterval()],
         "accountant": [BudgetAccountant, None],
         "random_state": random_state_constraint(),
         "verbose": VERBOSE_CONSTRAINT,

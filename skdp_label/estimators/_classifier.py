@@ -21,7 +21,7 @@ from sklearn.utils.validation import _check_method_params, check_is_fitted, colu
 from .._accountant import BudgetAccountant
 from ..mechanisms._base import BaseLabelMechanism
 from ..mechanisms._registry import make_mechanism
-from ..mechanisms._validation import check_classes, encode_classes
+from ..mechanisms._validation import EpsilonInterval, check_classes, encode_classes
 from ..mechanisms.classic._randomized_response import RandomizedResponse
 from ..mechanisms.classification._rr_top_k import RRTopK, RRWithPrior
 from ..mechanisms.classification._solver import temper, top_k_order
@@ -298,7 +298,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         "classes": ["array-like", None],
         "prior": [StrOptions({"uniform", "clusters", "class-frequencies"})],
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
-        "prior_epsilon": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
+        "prior_epsilon": [StrOptions({"auto"}), EpsilonInterval()],
         "reuse_labels": ["boolean"],
         "proba_correction": [StrOptions({"backward"}), None],
         "shrinkage": [StrOptions({"auto"}), Interval(Real, 0, 1, closed="both"), None],

@@ -31,7 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._accountant import BudgetAccountant
@@ -43,6 +43,7 @@ from ..utils._random import (
     release_generator,
 )
 from ..utils._repr import PrivacyReprMixin, format_number
+from ._validation import EpsilonInterval
 
 __all__ = ["BaseLabelMechanism", "BaseDiscreteMechanism", "OUT_OF_BOUNDS_CONSTRAINT", "OUT_OF_BOUNDS_DOC"]
 
@@ -99,7 +100,7 @@ class BaseLabelMechanism(
     """
 
     _parameter_constraints: dict = {
-        "epsilon": [Interval(Real, 0, None, closed="neither")],
+        "epsilon": [EpsilonInterval()],
         "accountant": [BudgetAccountant, None],
         # Generators are listed so that check_random_state refuses them with a
         # message that says why.

@@ -20,7 +20,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._kernels._sampling import staircase_noise
 from ._base import OUT_OF_BOUNDS_CONSTRAINT, BaseDiscreteMechanism
 from ._grid_rule import auto_grid
-from ._validation import check_bounds
+from ._validation import EpsilonInterval, check_bounds
 from ..utils._repr import public_repr
 
 __all__ = [
@@ -278,7 +278,7 @@ class BasePriorMechanism(BaseDiscreteMechanism):
         "domain": ["array-like", None],
         "bounds": [tuple, list, None],
         "resolution": [Interval(Real, 0, None, closed="neither"), None],
-        "prior_epsilon": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
+        "prior_epsilon": [StrOptions({"auto"}), EpsilonInterval()],
         "out_of_bounds": OUT_OF_BOUNDS_CONSTRAINT,
     }
 

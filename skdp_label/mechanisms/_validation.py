@@ -4,11 +4,13 @@ import math
 from numbers import Number, Real
 
 import numpy as np
+from sklearn.utils._param_validation import Interval
 
 from .._kernels._sampling import count_outside
 from ..utils._repr import format_number, public_repr
 
 __all__ = [
+    "EpsilonInterval",
     "check_bounds",
     "check_labels_in_bounds",
     "check_squared_span",
@@ -18,6 +20,20 @@ __all__ = [
     "contiguous_integer_classes",
     "encode_classes",
 ]
+
+class EpsilonInterval(Interval):
+    """``_parameter_constraints`` entry of a privacy budget: a real number in the
+    interval, never a bool (``epsilon=True`` is a slip, not a budget of 1)."""
+
+    def __init__(self, closed="neither"):
+        super().__init__(Real, 0, None, closed=closed)
+
+    def is_satisfied_by(self, val):
+        return not isinstance(val, bool) and super().is_satisfied_by(val)
+
+    def __str__(self):
+        return f"a real number (not a bool) in {super().__str__()[len('a float in '):]}"
+
 
 # Integer labels and bounds stay exact in float64 up to 2**53; at most 2**52
 # keeps the span hi - lo exact too.

@@ -15,7 +15,7 @@ from ..._accountant import BudgetAccountant
 from .._base import BaseLabelMechanism
 from .._prior import BasePriorMechanism, noisy_mean, resolve_domain
 from .._registry import register_mechanism
-from .._validation import check_bounds, check_squared_span
+from .._validation import EpsilonInterval, check_bounds, check_squared_span
 from ..bins import RROnBins
 from ..unbiased import BiasVarianceRandomizer, OptimalUnbiased
 from ..unbiased._mechanisms import auto_grid_size
@@ -277,7 +277,7 @@ class AutoRegression(BasePriorMechanism):
         "n_eff": [Interval(Real, 1, None, closed="left"), None],
         "candidates": [list, tuple, None],
         "grid_size": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"})],
-        "mean_epsilon": [StrOptions({"auto"}), Interval(Real, 0, None, closed="left"), None],
+        "mean_epsilon": [StrOptions({"auto"}), EpsilonInterval("left"), None],
     }
 
     def __init__(
