@@ -108,7 +108,8 @@ def run(name, seeds=(0, 1, 2), epsilons=EPSILONS, methods=DEFAULT_METHODS):
         for e, eps in enumerate(epsilons):
             # Its own noise stream (not shared with any fit's histogram).
             rng = release_generator(seed, public_fingerprint("bench", DP_MAJORITY, eps))
-            table[DP_MAJORITY][s, e] = np.mean(y_te == _dp_majority(y_tr, np.asarray(classes), eps, rng))
+            dp_class = _dp_majority(y_tr, np.asarray(classes), eps, rng)
+            table[DP_MAJORITY][s, e] = np.mean(y_te == dp_class)
             for method in methods:
                 params = METHODS[method]
                 if params == "previous rule":
@@ -169,7 +170,8 @@ def main():
                 if ref is None or ref is scores:
                     continue
                 diff = scores - ref
-                cells = " | ".join(f"{m:+.3f}±{s:.3f}" for m, s in zip(diff.mean(axis=0), _sem(diff)))
+                cells = " | ".join(
+                    f"{m:+.3f}±{s:.3f}" for m, s in zip(diff.mean(axis=0), _sem(diff)))
                 print(f"| {method} − {ref_name} | {cells} |")
 
 
