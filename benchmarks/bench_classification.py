@@ -24,16 +24,22 @@ standardised LogisticRegression and reports the mean test accuracy on the
 * ``auto + shrinkage``: mechanism='auto', shrinkage='auto'.
 * ``RR, LP-RR-SGD``: mechanism='rr' with ``DebiasedSGDClassifier`` (004
   Alg. 5) as the base model, on features standardised beforehand.
-* ``majority`` (the true training labels' majority class, not private) and
-  ``non-private`` (the model on true labels), as references.
+* ``majority`` (the true training labels' majority class, not private),
+  ``ε-DP majority`` (the top class of a discrete-Laplace histogram of *all*
+  training rows at the full epsilon: the best a constant predictor can be
+  under epsilon-DP, the classification counterpart of the regression
+  benchmarks' epsilon-DP constant; the study tool's ``'dp-constant'`` row,
+  ``skdp_label.study._dp_majority``) and ``non-private`` (the model on true
+  labels), as references.
 
     PYTHONPATH=. python benchmarks/bench_classification.py [--datasets digits fair-rating]
         [--methods RR auto ...] [--seeds 3]
 
 The default ``--methods`` are RR, auto, auto without guard and RR + guard;
 ``--methods all`` runs every method above. After each table the script lists
-the cells where a method is below RR or the majority class by more than one
-standard error of the per-seed (paired) differences.
+the cells where a method is below RR, the majority class or the epsilon-DP
+majority class by more than one standard error of the per-seed (paired)
+differences.
 """
 
 import argparse
@@ -51,7 +57,9 @@ from threadpoolctl import threadpool_limits
 from _datasets import load_classification
 from skdp_label import LabelDPClassifier
 from skdp_label.estimators import DebiasedSGDClassifier
+from skdp_label.study import _dp_majority
 from skdp_label.utils import PrivacyLeakWarning
+from skdp_label.utils._random import public_fingerprint, release_generator
 
 EPSILONS = (0.05, 0.1, 0.3, 0.5, 1.0, 2.0, 4.0, 8.0)
 CLUSTERS = dict(prior="clusters", n_clusters=10, prior_epsilon="auto")
@@ -68,6 +76,7 @@ METHODS = {
     "RR, LP-RR-SGD": dict(mechanism="rr"),
 }
 DEFAULT_METHODS = ("RR", "auto", "auto, no guard", "RR + guard")
+DP_MAJORITY = "ε-DP majority"
 
 
 def previous_auto(eps, n_classes):
@@ -86,6 +95,7 @@ def run(name, seeds=(0, 1, 2), epsilons=EPSILONS, methods=DEFAULT_METHODS):
     X, y, classes = load_classification(name)
     table = {m: np.zeros((len(seeds), len(epsilons))) for m in methods}
     table["majority"] = np.zeros((len(seeds), len(epsilons)))
+    table[DP_MAJORITY] = np.zeros((len(seeds), len(epsilons)))
     refs = {"majority": [], "non-private": []}
     for s, seed in enumerate(seeds):
         X_tr, X_te, y_tr, y_te = train_test_split(
@@ -96,6 +106,10 @@ def run(name, seeds=(0, 1, 2), epsilons=EPSILONS, methods=DEFAULT_METHODS):
         refs["non-private"].append(float(model().fit(X_tr, y_tr).score(X_te, y_te)))
         scaler = StandardScaler().fit(X_tr)  # public features
         for e, eps in enumerate(epsilons):
+            # Its own noise stream (not shared with any fit's histogram).
+            rng = release_generator(seed, public_fingerprint("bench", DP_MAJORITY, eps))
+            dp_class = _dp_majority(y_tr, np.asarray(classes), eps, rng)
+            table[DP_MAJORITY][s, e] = np.mean(y_te == dp_class)
             for method in methods:
                 params = METHODS[method]
                 if params == "previous rule":
@@ -129,7 +143,8 @@ def main():
         print("| method | " + " | ".join(f"ε={e:g}" for e in EPSILONS) + " |")
         print("|---" * (len(EPSILONS) + 1) + "|")
         majority = table.pop("majority")
-        for method, scores in table.items():
+        dp_majority = table.pop(DP_MAJORITY)
+        for method, scores in [*table.items(), (DP_MAJORITY, dp_majority)]:
             means, sems = scores.mean(axis=0), _sem(scores)
             cells = " | ".join(f"{m:.3f}±{s:.3f}" for m, s in zip(means, sems))
             print(f"| {method} | {cells} |")
@@ -139,7 +154,8 @@ def main():
         print()
         for method, scores in table.items():
             misses = []
-            for ref_name, ref in (("RR", table.get("RR")), ("majority", majority)):
+            for ref_name, ref in (("RR", table.get("RR")), ("majority", majority),
+                                  (DP_MAJORITY, dp_majority)):
                 if ref is None or ref is scores:
                     continue
                 diff = scores - ref
@@ -147,6 +163,16 @@ def main():
                 misses.append(f"below {ref_name} at eps = "
                               f"{[float(e) for e in np.asarray(EPSILONS)[below]]}")
             print(f"- {method}: " + "; ".join(misses))
+        # The paired differences themselves (mean ± standard error over the seeds).
+        print()
+        for method, scores in table.items():
+            for ref_name, ref in (("RR", table.get("RR")), (DP_MAJORITY, dp_majority)):
+                if ref is None or ref is scores:
+                    continue
+                diff = scores - ref
+                cells = " | ".join(
+                    f"{m:+.3f}±{s:.3f}" for m, s in zip(diff.mean(axis=0), _sem(diff)))
+                print(f"| {method} − {ref_name} | {cells} |")
 
 
 if __name__ == "__main__":

@@ -206,3 +206,25 @@ def test_progress_bar_is_optional(monkeypatch):
     assert _progress_bar(3, False) is None
     monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # tqdm not installed
     assert _progress_bar(3, True) is None
+
+
+def test_classification_dp_constant_is_the_charged_majority_of_a_full_epsilon_histogram():
+    """The classification reference is the top class of a noisy histogram of all the
+    training rows at the full epsilon (the best constant under epsilon-DP): on skewed
+    labels at a large epsilon it is the majority class, and each (epsilon, seed) row
+    is its own charged release of epsilon on every training row."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(400, 3))
+    y = rng.choice(np.array(["a", "b", "c"]), size=400, p=[0.6, 0.3, 0.1])
+    acc = BudgetAccountant()
+    clf = LabelDPClassifier(LogisticRegression(), classes=["a", "b", "c"])
+    table = privacy_utility_study(clf, X[:300], y[:300], X_test=X[300:], y_test=y[300:],
+                                  mechanisms=["rr"], epsilons=[0.5, 8.0], seeds=[0, 1],
+                                  accountant=acc, progress=False)
+    dp = table[table["method"] == DP_CONSTANT]
+    assert len(dp) == 4
+    np.testing.assert_allclose(dp["epsilon_spent"], dp["epsilon"], rtol=1e-12)
+    at_large = dp[dp["epsilon"] == 8.0]["score"]
+    np.testing.assert_allclose(at_large, np.mean(y[300:] == "a"))
+    steps = [r for r in acc.to_records() if r["step"] == DP_CONSTANT]
+    assert len(steps) == 4 and all(r["n_labels"] == 300 for r in steps)
