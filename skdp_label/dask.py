@@ -7,7 +7,10 @@
 * pass 1 (computed eagerly): every partition validates its labels and, for a
   prior-based mechanism, returns its exact counts over the public domain; the
   client sums them (the exact counts never leave the cluster) and the release
-  noises the sum once;
+  noises the sum once; for a noisy mean (``mean_epsilon`` of
+  ``mechanism='auto'``) each partition also returns its rounded label sum
+  (keyed per-row rounding: a retried partition gives the same sum), noised
+  once on the client after the charge;
 * the release is charged once (once per release id in a persistent ledger)
   and the mechanism is fitted once on the client, then broadcast to the
   workers as a single task;
@@ -65,15 +68,20 @@ def _sorted_range(ids):
 
 
 def _pass1(y, ids, offset, mechanism, key_file, release_id):
-    """Validate one partition: (its exact counts for a private prior, rows, id range)."""
+    """Validate one partition: (its exact counts for a private prior, its rounded
+    label sum for a noisy mean, rows, id range)."""
     y = np.asarray(y)
     release, key = _partition_release(mechanism, key_file, release_id)
+    label_sum = None
     if release.needs_counts:
-        counts = release.batch_counts(y, _row_keys(key, y.shape[0], ids, offset))
+        keys = _row_keys(key, y.shape[0], ids, offset)
+        counts = release.batch_counts(y, keys)
+        if release.needs_sum:  # the noisy mean's exact sum, noised once on the client
+            label_sum = release.batch_sum(y, keys)
     else:
         release.check_batch(y)
         counts = None
-    return counts, y.shape[0], _sorted_range(ids)
+    return counts, label_sum, y.shape[0], _sorted_range(ids)
 
 
 def _ids_sorted_and_unique(ranges):
@@ -222,7 +230,7 @@ def privatize(
         for j, (y, i) in enumerate(zip(y_parts, id_parts))
     ]
     (results,) = dask.compute(tasks)
-    n_rows = sum(n for _, n, _ in results)
+    n_rows = sum(n for _, _, n, _ in results)
     uniq = []
     if ids is not None and check_unique_ids and not _ids_sorted_and_unique([r for *_, r in results]):
         # Unsorted ids: exact and scalable (a shuffle), computed on its own (an expression).
@@ -235,8 +243,9 @@ def privatize(
             "would share their noise. Ids must be unique (or omit id= to key rows by position)."
         )
     if release.needs_counts:
-        counts = sum(c for c, _, _ in results)
-        release.merge_counts(counts, n_rows)
+        counts = sum(c for c, *_ in results)
+        label_sum = sum(t for _, t, *_ in results) if release.needs_sum else None
+        release.merge_counts(counts, n_rows, label_sum)
 
     # The charge and the fit, once, on the client.
     release.fit(n_rows)

@@ -29,6 +29,13 @@ How the noise is derived (docs/labels_party.md):
   fine public grid of 16,385 points over the bounds and added onto the
   grid's nearest points in :meth:`KeyedRelease.fit`, so batches and the
   in-memory path give the same grid and the same prior.
+* a noisy mean of the labels (``mean_epsilon`` of ``mechanism='auto'``):
+  pass 1 also sums the labels clipped to the bounds and rounded at random
+  (:func:`~skdp_label.mechanisms._prior.rounded_label_sum`, each row's
+  uniform from its own keyed stream, so retries reproduce the sum); the sum
+  is noised once in :meth:`KeyedRelease.fit`, after the charge, with a
+  Generator keyed by HMAC(secret, "mean" | release id). Only the noisy mean
+  and its epsilon reach the manifest.
 
 Labels are never hashed or used as key material.
 """
@@ -58,6 +65,8 @@ from .mechanisms._prior import (
     BasePriorMechanism,
     nearest_domain_index,
     noisy_histogram_from_counts,
+    noisy_mean_from_sum,
+    rounded_label_sum,
 )
 from .mechanisms._registry import get_mechanism_class
 from .mechanisms._validation import check_bounds, check_classes
@@ -219,6 +228,12 @@ def _jsonable(value):
     return value
 
 
+def _wants_mean(mechanism):
+    """Whether the (unfitted) mechanism spends part of epsilon on a noisy mean."""
+    value = getattr(mechanism, "mean_epsilon", None)
+    return value is not None and not (isinstance(value, Real) and value == 0)
+
+
 def _placeholder(mechanism):
     """One public label the mechanism accepts (to fit it on public inputs only)."""
     for attr in ("classes",):
@@ -280,12 +295,20 @@ class KeyedRelease:
             raise ValueError("release_id must be a non-empty string.")
         if accountant is not None and not isinstance(accountant, BudgetAccountant):
             raise ValueError("accountant must be a BudgetAccountant or None.")
+        if _wants_mean(mechanism) and not (
+                isinstance(mechanism, BasePriorMechanism) and mechanism.prior is None):
+            raise ValueError(
+                f"{type(mechanism).__name__}: a keyed release sums the labels for the noisy mean "
+                "in the pass that counts the private prior; with a public prior use "
+                "mean_epsilon=None."
+            )
         self.mechanism = clone(mechanism).set_params(accountant=None, random_state=None)
         self.release_id = release_id
         self.accountant = accountant
         self._key = key
         self._philox = _words(key._derive("philox", release_id))
         self._counts = None
+        self._label_sum = 0
         self._n_counted = 0
         self.fitted_ = None
         self.ledger_entries_ = []
@@ -295,6 +318,11 @@ class KeyedRelease:
     def needs_counts(self) -> bool:
         """Whether the mechanism estimates a private prior (two passes)."""
         return isinstance(self.mechanism, BasePriorMechanism) and self.mechanism.prior is None
+
+    @property
+    def needs_sum(self) -> bool:
+        """Whether pass 1 also sums the labels (a noisy mean, ``mean_epsilon``)."""
+        return _wants_mean(self.mechanism)
 
     def check_batch(self, y_batch: ArrayLike) -> None:
         """Validate a batch of labels (NaN, bounds, classes) without counting.
@@ -321,7 +349,8 @@ class KeyedRelease:
         if self.fitted_ is not None:
             raise ValueError("the release is already fitted; counts must come before fit.")
         counts = self.batch_counts(y_batch, row_keys)
-        self.merge_counts(counts, int(counts.sum()))
+        label_sum = self.batch_sum(y_batch, row_keys) if self.needs_sum else None
+        self.merge_counts(counts, int(counts.sum()), label_sum)
 
     def batch_counts(self, y_batch: ArrayLike, row_keys: RowKeys | ArrayLike) -> np.ndarray:
         """Pass 1 on a worker: a batch's exact counts, not accumulated here.
@@ -337,14 +366,36 @@ class KeyedRelease:
         rows = KeyedRows(*self._philox, np.uint64(1 << 32), lo, hi)  # a stage range of its own
         return np.bincount(self.mechanism._histogram_codes(y, rows, values), minlength=values.size)
 
-    def merge_counts(self, counts: ArrayLike, n_labels: int) -> None:
-        """Add exact counts computed by :meth:`batch_counts` elsewhere."""
+    def batch_sum(self, y_batch: ArrayLike, row_keys: RowKeys | ArrayLike) -> int:
+        """Pass 1 on a worker: a batch's exact rounded label sum (for the
+        noisy mean, :attr:`needs_sum`), not accumulated here.
+
+        Each label's rounding reads its row's own keyed stream (a stage range
+        of its own), so a retried batch gives the same sum. Sum the batches'
+        on the labels party's side and pass the total to :meth:`merge_counts`.
+        """
+        if not self.needs_sum:
+            raise ValueError(f"{type(self.mechanism).__name__} releases no noisy mean.")
+        y = self._check_batch(y_batch)
+        lo, hi = self._row_pairs(row_keys, y.shape[0])
+        rows = KeyedRows(*self._philox, np.uint64(2 << 32), lo, hi)  # a stage range of its own
+        return rounded_label_sum(y, self.mechanism._label_range(), rows.random_rows(y.shape[0]))
+
+    def merge_counts(self, counts: ArrayLike, n_labels: int, label_sum: int | None = None) -> None:
+        """Add exact counts computed by :meth:`batch_counts` elsewhere (and,
+        for a noisy mean, the :meth:`batch_sum` of the same rows)."""
         if self.fitted_ is not None:
             raise ValueError("the release is already fitted; counts must come before fit.")
         counts = np.asarray(counts, dtype=np.int64)
         if counts.shape != (self._count_values().size,) or np.any(counts < 0):
             raise ValueError("counts must be non-negative, one per domain value.")
+        if self.needs_sum and label_sum is None:
+            raise ValueError(
+                f"{type(self.mechanism).__name__} releases a noisy mean: pass the batch_sum of "
+                "the same rows."
+            )
         self._counts = counts if self._counts is None else self._counts + counts
+        self._label_sum += int(label_sum) if self.needs_sum else 0
         self._n_counted += int(n_labels)
 
     def _count_values(self):
@@ -419,18 +470,25 @@ class KeyedRelease:
             values = mech._domain(n_labels=n_rows)[0]
             eps1, eps2 = mech.budget_split(n_rows)  # the mechanism's own rule
             split = {"prior": eps1, "labels": eps2}
+            if self.needs_sum:  # spent first, as in the one-machine fit
+                split = {"mean": mech.mean_budget(n_rows), **split}
         placeholder = _placeholder(mech)
         # A dry run on public inputs only (no accountant, no labels): whatever
         # would make the real fit fail is found before anything is charged.
         trial = clone(mech)
+        # The mean is noised here, not by the mechanism: its fit spends nothing on one.
+        no_mean = {"mean_epsilon": None} if self.needs_sum else {}
         if split is not None:
-            trial.set_params(prior=(values, np.full(values.size, 1.0 / values.size)), epsilon=split["labels"])
+            trial.set_params(prior=(values, np.full(values.size, 1.0 / values.size)),
+                             epsilon=split["labels"], **no_mean)
         trial.fit(placeholder)
         delta = trial._total_cost()[1]
         if self.accountant is not None:
             recorded = self.accountant.spend(
                 epsilon, delta, n_labels=n_rows,
-                description=f"keyed release {self.release_id}: {type(mech).__name__}",
+                description=f"keyed release {self.release_id}: {type(mech).__name__}" + (
+                    f" (noisy label mean: epsilon={split['mean']:.6g})"
+                    if split is not None and "mean" in split else ""),
                 release=(self.release_id, self._fingerprint(n_rows)),
                 details={"mechanism": type(mech).__name__, "step": "keyed release"},
             )
@@ -438,6 +496,7 @@ class KeyedRelease:
                 e.__dict__ for e in self.accountant.ledger if e.release_id == self.release_id
             ]
             self.charged_ = bool(recorded)
+        noisy_mean = None
         if split is None:
             # Public inputs only: the dry run already is the mechanism; no second solve.
             mech = self.mechanism = trial
@@ -449,10 +508,19 @@ class KeyedRelease:
                 if split["prior"] > 0
                 else np.full(values.size, 1.0 / values.size)  # the rule chose the public uniform prior
             )
+            if self.needs_sum:
+                mean_rng = np.random.Generator(np.random.Philox(key=np.frombuffer(
+                    self._key._derive("mean", self.release_id)[:16], dtype=np.uint64).copy()))
+                noisy_mean = noisy_mean_from_sum(self._label_sum, n_rows, mech._label_range(),
+                                                 split["mean"], mean_rng)
             # The noisy prior is now a public input: the labels get epsilon_2.
-            mech.set_params(prior=(values, noisy), epsilon=split["labels"])
-            self._counts = None  # exact counts are not kept past this point
+            mech.set_params(prior=(values, noisy), epsilon=split["labels"], **no_mean)
+            self._counts = None  # exact counts and sum are not kept past this point
+            self._label_sum = 0
             mech.fit(placeholder)
+        # The noisy mean is the release's (the mechanism's own budget is the labels').
+        self.mean_epsilon_ = split.get("mean", 0.0) if split is not None else 0.0
+        self.noisy_mean_, self.noisy_mean_variance_ = noisy_mean or (None, None)
         self.epsilon_ = epsilon
         self.epsilon_split_ = split
         self.n_rows_ = n_rows
@@ -512,6 +580,9 @@ class KeyedRelease:
             "n_rows": self.n_rows_,
             "ledger_entries": _jsonable(self.ledger_entries_),
         }
+        if self.noisy_mean_ is not None:
+            out["noisy_mean"] = {"epsilon": self.mean_epsilon_, "value": self.noisy_mean_,
+                                 "variance": self.noisy_mean_variance_}
         if isinstance(mech, BaseDiscreteMechanism):
             try:
                 out["input_values"] = _jsonable(mech.input_values_)

@@ -517,9 +517,10 @@ def test_mean_of_several_columns_and_keyed_releases_are_refused_before_spending(
     from skdp_label.release import KeyedRelease, generate_key_file, load_key
 
     generate_key_file(tmp_path / "label.key")
-    release = KeyedRelease(AutoRegression(1.0, bounds=BOUNDS, mean_epsilon="auto"),
-                           load_key(tmp_path / "label.key"), "mean", accountant=acc)
-    release.add_counts(y, np.arange(y.size))
-    with pytest.raises(ValueError, match="keyed releases do not release the noisy mean"):
-        release.fit(y.size)
+    # A keyed release sums the labels in the pass that counts the private prior: with a
+    # public prior it has no such pass, and refuses the mean (tests/test_keyed_release_mean.py).
+    prior = (np.linspace(*BOUNDS, 5), np.ones(5))
+    with pytest.raises(ValueError, match="with a public prior use mean_epsilon=None"):
+        KeyedRelease(AutoRegression(1.0, prior=prior, mean_epsilon="auto"),
+                     load_key(tmp_path / "label.key"), "mean", accountant=acc)
     assert acc.spent_epsilon == 0.0 and acc.ledger == []

@@ -90,13 +90,16 @@ def test_noisy_mean_variance_bound_never_raises_on_huge_spans():
     assert not np.isnan(mean) and variance == np.inf
 
 
-def test_keyed_release_refuses_the_mean_before_spending(key):
+def test_keyed_release_with_a_mean_needs_the_pass_1_sum_before_spending(key):
+    # The mean is noised from pass 1's sum (tests/test_keyed_release_mean.py): counts
+    # merged without it are refused, and nothing is spent.
     acc = BudgetAccountant()
     release = KeyedRelease(AutoRegression(epsilon=1.0, bounds=BOUNDS, mean_epsilon=0.3), key,
                            "r", accountant=acc)
-    with pytest.raises(ValueError, match="keyed releases do not release the noisy mean"):
-        if release.needs_counts:
-            release.add_counts(_labels(), np.arange(400))
+    counts = release.batch_counts(_labels(), np.arange(400))
+    with pytest.raises(ValueError, match="pass the batch_sum of the same rows"):
+        release.merge_counts(counts, 400)
+    with pytest.raises(ValueError, match="pass 1 counted 0 labels"):
         release.fit(400)
     assert "spent epsilon=0," in repr(acc)
 

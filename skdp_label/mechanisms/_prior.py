@@ -204,14 +204,32 @@ def noisy_mean(y, bounds, epsilon, rng):
         The noisy mean (not clipped: clipping would bias it) and the public
         bound on its variance.
     """
-    lo, hi = float(bounds[0]), float(bounds[1])
     n = int(np.size(y))
+    return noisy_mean_from_sum(rounded_label_sum(y, bounds, rng.random(n)), n, bounds,
+                               epsilon, rng)
+
+
+def rounded_label_sum(y, bounds, u):
+    """The integer sum :func:`noisy_mean` noises: each label clipped to the
+    public ``bounds`` and rounded at random to one of ``MEAN_UNITS`` steps
+    over them (up when its uniform in ``u`` is below its fractional part).
+    Sums of batches add up (a keyed release draws ``u`` from each row's
+    own stream, so batch boundaries do not matter). Exact: never released."""
+    lo, hi = float(bounds[0]), float(bounds[1])
     scaled = (np.clip(np.asarray(y, dtype=np.float64).ravel(), lo, hi) - lo) * (
         MEAN_UNITS / (hi - lo) if hi > lo else 0.0)
     floor = np.floor(scaled)
-    rounded = floor + (rng.random(n) < scaled - floor)
+    return int((floor + (np.asarray(u) < scaled - floor)).astype(np.int64).sum())
+
+
+def noisy_mean_from_sum(total, n, bounds, epsilon, rng):
+    """:func:`noisy_mean` of ``n`` labels whose :func:`rounded_label_sum` is
+    ``total``: discrete Laplace noise of rate ``epsilon / MEAN_UNITS`` drawn
+    from ``rng``; returns ``(mean, variance bound)``."""
+    lo, hi = float(bounds[0]), float(bounds[1])
+    n = int(n)
     noise = staircase_noise(rng, epsilon / MEAN_UNITS, 1, 1, size=1)
-    total = float(rounded.sum()) + float(noise[0])
+    total = float(total) + float(noise[0])
     unit = (hi - lo) / (MEAN_UNITS * n)
     # numpy floats: a span near the float64 limit gives an infinite variance
     # bound (the mean then gets no weight), never an OverflowError after the charge.

@@ -226,7 +226,8 @@ class AutoRegression(BasePriorMechanism):
         ``'auto'`` (what ``LabelDPRegressor`` sets when its guard is on):
         :func:`mean_share_rule` of epsilon, from public quantities; read it
         before spending with :meth:`mean_budget`. A float must lie in ``[0,
-        epsilon)``. Keyed releases refuse it (they do not release the mean).
+        epsilon)``. Keyed releases (:mod:`skdp_label.release`) sum the labels in
+        their pass 1 and noise the sum once (the release's ``noisy_mean_``).
     out_of_bounds : {'raise', 'clip'}, default='raise'
         Labels outside the bounds raise before anything is spent, or are
         clipped to them.
@@ -328,12 +329,7 @@ class AutoRegression(BasePriorMechanism):
 
     def _params_for_rows(self, n_rows):
         # A keyed release fits on a placeholder: n_eff's default needs the row
-        # count; its pass 1 counts a histogram, never a sum, so no mean.
-        if self.mean_epsilon is not None and self.mean_epsilon != 0:
-            raise ValueError(
-                "AutoRegression: keyed releases do not release the noisy mean; use "
-                f"mean_epsilon=None (got {self.mean_epsilon!r})."
-            )
+        # count (the release noises the mean itself, from its pass-1 sum).
         return {"n_eff": default_effective_size(n_rows)} if self.n_eff is None else {}
 
     # -- the noisy mean: a budget of its own, spent first (docs/auto.md) -----------
