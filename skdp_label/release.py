@@ -319,6 +319,13 @@ class KeyedRelease:
         """Whether the mechanism estimates a private prior (two passes)."""
         return isinstance(self.mechanism, BasePriorMechanism) and self.mechanism.prior is None
 
+    def _noise_generator(self, purpose):
+        """The generator of one statistic's noise (the prior, the mean): keyed by
+        the secret, ``purpose`` and the release id, so a retried release redraws
+        the same noise and no two releases or statistics share it. Never stored."""
+        seed = np.frombuffer(self._key._derive(purpose, self.release_id)[:16], dtype=np.uint64)
+        return np.random.Generator(np.random.Philox(key=seed.copy()))
+
     @property
     def needs_sum(self) -> bool:
         """Whether pass 1 also sums the labels (a noisy mean, ``mean_epsilon``)."""
@@ -501,18 +508,15 @@ class KeyedRelease:
             # Public inputs only: the dry run already is the mechanism; no second solve.
             mech = self.mechanism = trial
         else:
-            prior_rng = np.random.Generator(np.random.Philox(key=np.frombuffer(
-                self._key._derive("prior", self.release_id)[:16], dtype=np.uint64).copy()))
             noisy = (
-                noisy_histogram_from_counts(self._grid_counts(values), split["prior"], prior_rng)
+                noisy_histogram_from_counts(self._grid_counts(values), split["prior"],
+                                            self._noise_generator("prior"))
                 if split["prior"] > 0
                 else np.full(values.size, 1.0 / values.size)  # the rule chose the public uniform prior
             )
             if self.needs_sum:
-                mean_rng = np.random.Generator(np.random.Philox(key=np.frombuffer(
-                    self._key._derive("mean", self.release_id)[:16], dtype=np.uint64).copy()))
                 noisy_mean = noisy_mean_from_sum(self._label_sum, n_rows, mech._label_range(),
-                                                 split["mean"], mean_rng)
+                                                 split["mean"], self._noise_generator("mean"))
             # The noisy prior is now a public input: the labels get epsilon_2.
             mech.set_params(prior=(values, noisy), epsilon=split["labels"], **no_mean)
             self._counts = None  # exact counts and sum are not kept past this point
