@@ -310,6 +310,18 @@ def test_lookup_equals_nearest_domain_value():
         np.testing.assert_array_equal(lookup(y), bin_map[nearest_domain_index(domain, y)])
 
 
+def test_lookup_of_a_large_domain_for_many_labels():
+    # From 2,500 domain values the bucket table has >= 10,000 edges; building
+    # it through the table path itself recursed without end (RecursionError).
+    rng = np.random.default_rng(9)
+    domain = np.sort(rng.uniform(0, 1000, 3000))
+    y = rng.uniform(-10, 1010, 20_000)
+    idx = nearest_domain_index(domain, y)
+    # The nearest value (ties up) by brute force.
+    dist = np.abs(y[:, None] - domain[None, :])
+    np.testing.assert_array_equal(idx, dist.shape[1] - 1 - np.argmin(dist[:, ::-1], axis=1))
+
+
 def test_labels_outside_domain_raise_by_default_and_clip_when_asked():
     y = np.array([-1e6, 3.2, 4e6, 10.0, 0.0] * 40)
     acc = BudgetAccountant()

@@ -95,6 +95,11 @@ def nearest_domain_index(values, y):
         from .bins._sampling import BinLookup
 
         return BinLookup(values, np.arange(len(values)))(y)
+    return nearest_by_search(values, y)
+
+
+def nearest_by_search(values, y):
+    """:func:`nearest_domain_index` by binary search (numpy only)."""
     idx = np.searchsorted(values, y)
     idx = np.clip(idx, 1, len(values) - 1) if len(values) > 1 else np.zeros_like(idx)
     if len(values) > 1:
