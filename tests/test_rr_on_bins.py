@@ -414,3 +414,19 @@ def test_registered_by_name():
     mech = make_mechanism("rr-on-bins", task="regression", epsilon=1.0, bounds=(0, 4))
     assert isinstance(mech, RROnBins)
     assert mech.bounds == (0, 4)
+
+
+def test_prefix_sums_interpreted_or_compiled_are_bit_identical():
+    # Small problems run the prefix sums interpreted (no compilation in a
+    # first fit): the same bits as the kernel, overflow and cancellation too.
+    from skdp_label.mechanisms.bins._solver import _compensated_prefix
+
+    rng = np.random.default_rng(1)
+    for n in (0, 1, 7, 300):
+        for x in (
+            rng.random(n),
+            rng.normal(size=n) * 10.0 ** rng.integers(-300, 300, n),
+            rng.random(n) * np.where(rng.random(n) < 0.5, 1e16, 1.0),
+        ):
+            compiled = _compensated_prefix(x)
+            assert compiled.tobytes() == _compensated_prefix.py_func(x).tobytes()
