@@ -20,7 +20,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._kernels._sampling import staircase_noise
 from ._base import OUT_OF_BOUNDS_CONSTRAINT, BaseDiscreteMechanism
 from ._grid_rule import auto_grid
-from ._validation import check_bounds
+from ._validation import NUMPY_BELOW, check_bounds
 from ..utils._repr import public_repr
 
 __all__ = [
@@ -90,10 +90,8 @@ def nearest_domain_index(values, y):
     Labels below or above the domain map to its end points: out-of-domain
     labels are clipped into it, a per-label step that needs no budget.
     """
-    if np.ndim(y) == 1 and np.shape(y)[0] >= 100_000 and len(values) > 1:
+    if np.ndim(y) == 1 and np.shape(y)[0] >= NUMPY_BELOW and len(values) > 1:
         # Releases: one pass over a bucket table (no binary search, no temporaries).
-        # Below 10^5 labels the search takes under 10 ms, less than compiling
-        # the table's kernel in a fresh environment (~0.4 s).
         from .bins._sampling import BinLookup
 
         return BinLookup(values, np.arange(len(values)))(y)

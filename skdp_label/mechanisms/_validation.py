@@ -133,11 +133,16 @@ def contiguous_integer_classes(classes):
     return None
 
 
+# Below this many labels, per-label passes that have a numpy equivalent run in
+# numpy: a few ms, less than compiling their kernel in a fresh environment
+# (0.2-0.4 s each); from it, the kernels (one pass, no temporaries).
+NUMPY_BELOW = 100_000
+
+
 def _count_non_classes(flat, lo, hi):
-    """How many labels of ``flat`` are not integers in [lo, hi]: one pass
-    without temporaries from 10^5 labels; below, numpy (a few ms, less than
-    compiling the pass for the dtype in a fresh environment)."""
-    if flat.shape[0] >= 100_000:
+    """How many labels of ``flat`` are not integers in [lo, hi] (see
+    :data:`NUMPY_BELOW`)."""
+    if flat.shape[0] >= NUMPY_BELOW:
         return count_outside(flat, lo, hi, True)
     bad = (flat < lo) | (flat > hi)
     if flat.dtype.kind == "f":
