@@ -54,3 +54,23 @@ def test_ordered_categorical_keeps_its_order_in_the_classifier():
     np.testing.assert_array_equal(clf.classes_[proba.argmax(axis=1)], clf.predict(X))
     # Column 2 is "high": it rises with the feature that made the labels high.
     assert proba[X[:, 0] > 1, 2].mean() > proba[X[:, 0] < -1, 2].mean()
+
+
+def test_class_label_count_is_the_same_on_both_paths():
+    # Below 10^5 labels numpy counts, from 10^5 the compiled pass: the same
+    # count for every dtype, NaN, infinities and non-integers included.
+    from skdp_label._kernels._sampling import count_outside
+    from skdp_label.mechanisms._validation import _count_non_classes
+
+    rng = np.random.default_rng(3)
+    base = rng.integers(-3, 9, 100_000)
+    for y in [
+        base, base.astype(np.int32), np.abs(base).astype(np.uint8), base.astype(np.float32),
+        np.where(rng.random(base.size) < 0.01, base + 0.5, base).astype(np.float64),
+        np.concatenate([base[:-3], [np.nan, np.inf, -np.inf]]),
+    ]:
+        for flat in (y, y[:1000]):
+            expected = count_outside(flat, 0, 5, True)
+            assert expected > 0
+            assert _count_non_classes(flat, 0, 5) == expected
+    assert _count_non_classes(np.arange(6.0), 0, 5) == 0

@@ -4,6 +4,8 @@ import json
 import os
 import pickle
 import stat
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -51,6 +53,31 @@ def test_philox_matches_numpy_word_for_word():
         carry = np.uint64(1) if c0 == 0 else np.uint64(0)
         got = philox4x64(c0, c[1] + carry, c[2], c[3], key[0], key[1])
         np.testing.assert_array_equal(np.array(got, dtype=np.uint64), expected)
+
+
+_CACHED_KEYED_KERNEL = """
+import numpy as np
+from skdp_label._kernels._philox import KeyedRows, _call_random_rows
+rows = KeyedRows(1, 2, 0, np.arange(3, dtype=np.uint64), np.zeros(3, dtype=np.uint64))
+rows.random_rows(3)
+stats = _call_random_rows.stats
+print(sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))
+"""
+
+
+def test_keyed_kernels_are_cached_across_processes(tmp_path):
+    # A kernel taking the keyed source compiles once, then loads from the
+    # numba cache in a new process (a jitclass source, whose numba type is
+    # named after an id(), missed the cache in every process).
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([repo, env.get("PYTHONPATH", "")])
+    runs = [
+        subprocess.run([sys.executable, "-c", _CACHED_KEYED_KERNEL], env=env, capture_output=True,
+                       text=True, check=True).stdout.split()
+        for _ in range(2)
+    ]
+    assert runs == [["0", "1"], ["1", "0"]]  # (hits, misses): compiled, then loaded
 
 
 def test_key_file_is_private_and_never_overwritten_or_pickled(tmp_path):

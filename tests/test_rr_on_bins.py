@@ -11,7 +11,7 @@ from scipy import optimize, sparse, stats
 
 from skdp_label import BudgetAccountant
 from skdp_label.mechanisms import RROnBins, make_mechanism
-from skdp_label.mechanisms._prior import nearest_domain_index
+from skdp_label.mechanisms._prior import nearest_by_search, nearest_domain_index
 from skdp_label.mechanisms.bins._sampling import BinLookup
 from skdp_label.mechanisms.bins._solver import _loss_function, optimal_bins, solve_support
 from skdp_label.mechanisms.classic._exponential import max_log_ratio
@@ -310,6 +310,19 @@ def test_lookup_equals_nearest_domain_value():
         np.testing.assert_array_equal(lookup(y), bin_map[nearest_domain_index(domain, y)])
 
 
+def test_lookup_of_a_large_domain_for_many_labels():
+    # From 2,500 domain values the bucket table has >= 10,000 edges; building
+    # it through the table path itself recursed without end (RecursionError).
+    rng = np.random.default_rng(9)
+    domain = np.sort(rng.uniform(0, 1000, 3000))
+    y = rng.uniform(-10, 1010, 100_000)  # the table path
+    idx = nearest_domain_index(domain, y)
+    np.testing.assert_array_equal(idx, nearest_by_search(domain, y))
+    # The search itself: the nearest value (ties up) by brute force.
+    dist = np.abs(y[:2000, None] - domain[None, :])
+    np.testing.assert_array_equal(idx[:2000], domain.size - 1 - np.argmin(dist[:, ::-1], axis=1))
+
+
 def test_labels_outside_domain_raise_by_default_and_clip_when_asked():
     y = np.array([-1e6, 3.2, 4e6, 10.0, 0.0] * 40)
     acc = BudgetAccountant()
@@ -401,3 +414,19 @@ def test_registered_by_name():
     mech = make_mechanism("rr-on-bins", task="regression", epsilon=1.0, bounds=(0, 4))
     assert isinstance(mech, RROnBins)
     assert mech.bounds == (0, 4)
+
+
+def test_prefix_sums_interpreted_or_compiled_are_bit_identical():
+    # Small problems run the prefix sums interpreted (no compilation in a
+    # first fit): the same bits as the kernel, overflow and cancellation too.
+    from skdp_label.mechanisms.bins._solver import _compensated_prefix
+
+    rng = np.random.default_rng(1)
+    for n in (0, 1, 7, 300):
+        for x in (
+            rng.random(n),
+            rng.normal(size=n) * 10.0 ** rng.integers(-300, 300, n),
+            rng.random(n) * np.where(rng.random(n) < 0.5, 1e16, 1.0),
+        ):
+            compiled = _compensated_prefix(x)
+            assert compiled.tobytes() == _compensated_prefix.py_func(x).tobytes()

@@ -21,8 +21,8 @@ of one row (e.g. randomized rounding, then the mechanism).
 import numba
 import numpy as np
 from numba import types
-from numba.experimental import jitclass
-from numba.extending import overload
+from numba.experimental import structref
+from numba.extending import overload, overload_method
 
 __all__ = ["philox4x64", "KeyedRows", "begin_row", "uniforms"]
 
@@ -58,22 +58,34 @@ def philox4x64(c0, c1, c2, c3, k0, k1):
     return c0, c1, c2, c3
 
 
-@jitclass(
+class _KeyedRowsType(types.StructRef):
+    def preprocess_fields(self, fields):
+        return tuple((name, types.unliteral(typ)) for name, typ in fields)
+
+
+# A StructRef, not a jitclass: a jitclass type is named after the id() of its
+# class object, new in every process, so a kernel taking one missed the numba
+# cache in every process (every keyed release recompiled, and the cache grew by
+# one entry a process); a StructRef type is named after its fields.
+structref.register(_KeyedRowsType)
+_KEYED_ROWS = _KeyedRowsType(
     [
         ("k0", types.uint64),
         ("k1", types.uint64),
         ("stage", types.uint64),
-        ("row_lo", types.uint64[:]),
-        ("row_hi", types.uint64[:]),
+        ("row_lo", types.uint64[::1]),
+        ("row_hi", types.uint64[::1]),
         ("c1", types.uint64),
         ("c3", types.uint64),
         ("word", types.uint64),
-        ("buf", types.uint64[:]),
+        ("buf", types.uint64[::1]),
         ("pos", types.int64),
         ("last_row", types.int64),
     ]
 )
-class KeyedRows:
+
+
+class KeyedRows(structref.StructRefProxy):
     """Per-row Philox streams for one batch of rows (see the module doc).
 
     Parameters
@@ -87,26 +99,51 @@ class KeyedRows:
         The 128-bit key of each row of the batch, in batch order.
     """
 
-    def __init__(self, k0, k1, stage, row_lo, row_hi):
-        self.k0 = k0
-        self.k1 = k1
-        self.stage = stage
-        self.row_lo = row_lo
-        self.row_hi = row_hi
-        self.c1 = row_lo[0] if row_lo.shape[0] else np.uint64(0)
-        self.c3 = row_hi[0] if row_hi.shape[0] else np.uint64(0)
-        self.word = np.uint64(0)
-        self.buf = np.zeros(4, dtype=np.uint64)
-        self.pos = 4
-        self.last_row = -1
+    def __new__(cls, k0, k1, stage, row_lo, row_hi):
+        row_lo = np.require(row_lo, np.uint64, ["C", "W"])
+        row_hi = np.require(row_hi, np.uint64, ["C", "W"])
+        return _new_keyed_rows(np.uint64(k0), np.uint64(k1), np.uint64(stage), row_lo, row_hi)
 
     def begin_row(self, i):
-        """Start reading row ``i``'s stream from its first word.
+        """Start reading row ``i``'s stream from its first word; a row
+        visited again reads its next sampling step's stream."""
+        _call_begin_row(self, i)
 
-        Kernels visit rows in increasing order; a pass that starts again at
-        or before the last row visited is the row's next sampling step and
-        reads the next stage's stream, never the same words twice.
-        """
+    def random(self):
+        """A uniform double in [0, 1) from the next 53 bits, as numpy does."""
+        return _call_random(self)
+
+    def random_rows(self, n):
+        """One uniform for each of the first ``n`` rows (a sampling step)."""
+        return _call_random_rows(self, n)
+
+
+structref.define_boxing(_KeyedRowsType, KeyedRows)
+
+
+@numba.njit(cache=True, nogil=True)
+def _new_keyed_rows(k0, k1, stage, row_lo, row_hi):
+    self = structref.new(_KEYED_ROWS)
+    self.k0 = k0
+    self.k1 = k1
+    self.stage = stage
+    self.row_lo = row_lo
+    self.row_hi = row_hi
+    self.c1 = row_lo[0] if row_lo.shape[0] else np.uint64(0)
+    self.c3 = row_hi[0] if row_hi.shape[0] else np.uint64(0)
+    self.word = np.uint64(0)
+    self.buf = np.zeros(4, dtype=np.uint64)
+    self.pos = 4
+    self.last_row = -1
+    return self
+
+
+@overload_method(_KeyedRowsType, "begin_row")
+def _begin_row_method(self, i):
+    def impl(self, i):
+        # Kernels visit rows in increasing order; a pass that starts again at
+        # or before the last row visited is the row's next sampling step and
+        # reads the next stage's stream, never the same words twice.
         if i <= self.last_row:
             self.stage += np.uint64(1)
         self.last_row = i
@@ -115,7 +152,12 @@ class KeyedRows:
         self.word = np.uint64(0)
         self.pos = 4
 
-    def next_word(self):
+    return impl
+
+
+@overload_method(_KeyedRowsType, "next_word")
+def _next_word_method(self):
+    def impl(self):
         if self.pos == 4:
             self.word += np.uint64(1)
             a, b, c, d = philox4x64(self.word, self.c1, self.stage, self.c3, self.k0, self.k1)
@@ -128,17 +170,41 @@ class KeyedRows:
         self.pos += 1
         return w
 
-    def random(self):
-        """A uniform double in [0, 1) from the next 53 bits, as numpy does."""
-        return (self.next_word() >> _S11) * (1.0 / 9007199254740992.0)
+    return impl
 
-    def random_rows(self, n):
-        """One uniform for each of the first ``n`` rows (a sampling step)."""
+
+@overload_method(_KeyedRowsType, "random")
+def _random_method(self):
+    # A uniform double in [0, 1) from the next 53 bits, as numpy does.
+    return lambda self: (self.next_word() >> _S11) * (1.0 / 9007199254740992.0)
+
+
+@overload_method(_KeyedRowsType, "random_rows")
+def _random_rows_method(self, n):
+    def impl(self, n):
         out = np.empty(n)
         for i in range(n):
             self.begin_row(i)
             out[i] = self.random()
         return out
+
+    return impl
+
+
+# The methods from Python (tests, and uniforms() of a keyed release).
+@numba.njit(cache=True, nogil=True)
+def _call_begin_row(rows, i):
+    rows.begin_row(i)
+
+
+@numba.njit(cache=True, nogil=True)
+def _call_random(rows):
+    return rows.random()
+
+
+@numba.njit(cache=True, nogil=True)
+def _call_random_rows(rows, n):
+    return rows.random_rows(n)
 
 
 def begin_row(rng, i):

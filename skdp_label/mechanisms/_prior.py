@@ -20,7 +20,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._kernels._sampling import staircase_noise
 from ._base import OUT_OF_BOUNDS_CONSTRAINT, BaseDiscreteMechanism
 from ._grid_rule import auto_grid
-from ._validation import EpsilonInterval, check_bounds
+from ._validation import NUMPY_BELOW, EpsilonInterval, check_bounds
 from ..utils._repr import public_repr
 
 __all__ = [
@@ -90,11 +90,16 @@ def nearest_domain_index(values, y):
     Labels below or above the domain map to its end points: out-of-domain
     labels are clipped into it, a per-label step that needs no budget.
     """
-    if np.ndim(y) == 1 and np.shape(y)[0] >= 10_000 and len(values) > 1:
+    if np.ndim(y) == 1 and np.shape(y)[0] >= NUMPY_BELOW and len(values) > 1:
         # Releases: one pass over a bucket table (no binary search, no temporaries).
         from .bins._sampling import BinLookup
 
         return BinLookup(values, np.arange(len(values)))(y)
+    return nearest_by_search(values, y)
+
+
+def nearest_by_search(values, y):
+    """:func:`nearest_domain_index` by binary search (numpy only)."""
     idx = np.searchsorted(values, y)
     idx = np.clip(idx, 1, len(values) - 1) if len(values) > 1 else np.zeros_like(idx)
     if len(values) > 1:

@@ -12,7 +12,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..._accountant import BudgetAccountant
 from ..._kernels._sampling import rr_flip_probability
-from .._prior import BasePriorMechanism
+from .._prior import BasePriorMechanism, nearest_domain_index
 from .._registry import register_mechanism
 from .._validation import check_squared_span
 from ._sampling import BinLookup
@@ -207,10 +207,9 @@ class RROnBins(BasePriorMechanism):
         )
 
     def _encode_labels(self, y):
-        # nearest_domain_index (ties up, clipped), by the bucket table: the
-        # histogram of the private prior encodes every label.
-        k = self.input_values_.shape[0]
-        return BinLookup(self.input_values_, np.arange(k))(y)
+        # Nearest domain value (ties up, clipped): the histogram of the private
+        # prior encodes every label.
+        return nearest_domain_index(self.input_values_, y)
 
     def _randomize_column(self, y, rng):
         # Label -> nearest domain value -> its bin -> k-ary RR over the bins.

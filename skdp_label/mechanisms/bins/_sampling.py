@@ -14,7 +14,7 @@ import numpy as np
 from ..._kernels._intrinsics import float_bits
 from ..._kernels._philox import begin_row
 from ..._kernels._sampling import rr_code, rr_constants
-from .._prior import nearest_domain_index
+from .._prior import nearest_by_search
 
 __all__ = ["BinLookup"]
 
@@ -93,7 +93,9 @@ class BinLookup:
         # pure[b]: the bin of every label in bucket b, or -1. Conservative: the
         # domain values nearest to the bucket's edges, widened by one on each
         # side (which absorbs the rounding of the bucket index), share a bin.
-        near = nearest_domain_index(self.values, edges)
+        # By search: the bucket edges are 4 k + 1 points, and a lookup table built
+        # for them would build another (an endless recursion from k = 2,500).
+        near = nearest_by_search(self.values, edges)
         lo_idx = np.maximum(near[:-1] - 1, 0)
         hi_idx = np.minimum(near[1:] + 1, k - 1)
         changes = np.concatenate([[0], np.cumsum(self.bin_map[1:] != self.bin_map[:-1])])
