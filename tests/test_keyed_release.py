@@ -1,5 +1,6 @@
 """Keyed, idempotent releases (skdp_label.release): the labels party's core."""
 
+import copy
 import json
 import os
 import pickle
@@ -195,3 +196,16 @@ def test_keyed_auto_release_assumes_the_same_n_eff_as_in_memory(key):
     in_memory = _mechanism("auto").fit(y)
     assert release.fitted_.n_eff_ == in_memory.n_eff_ == pytest.approx(np.sqrt(n))
     assert mech.n_eff is None  # the caller's mechanism is not modified
+
+
+def test_keyed_random_source_holds_its_key_out_of_reach():
+    # KeyedRows carries a release's Philox key: no pickle or copy of it, and no
+    # attribute or repr that shows the key to Python.
+    key = 0x0123456789ABCDEF
+    rows = KeyedRows(np.uint64(key), np.uint64(7), np.uint64(0), np.arange(3, dtype=np.uint64),
+                     np.zeros(3, dtype=np.uint64))
+    for attack in (pickle.dumps, copy.deepcopy, copy.copy):
+        with pytest.raises(TypeError):
+            attack(rows)
+    assert not {"k0", "k1", "stage", "row_lo", "row_hi", "buf"} & set(dir(rows))
+    assert str(key) not in repr(rows) and hex(key)[2:] not in repr(rows).lower()
