@@ -556,8 +556,8 @@ def _randomized_response_indices(codes, rng, n_classes, c, out):
 
 
 def exponent_groups(matrix):
-    """Tables of :func:`categorical_rows`: each row's outputs grouped by the
-    binary exponent of their probability.
+    """Tables of :func:`group_draw` (the exact tail of :func:`categorical_tables`):
+    each row's outputs grouped by the binary exponent of their probability.
 
     In a group all probabilities lie in [2^e, 2^(e+1)). Groups are visited
     from the largest exponent down; at each, an exact Bernoulli decides
@@ -638,22 +638,6 @@ def group_draw(row, rng, order, cdf, group_end, group_q, n_groups):
         else:
             lo = mid + 1
     return order[row, lo]
-
-
-@numba.njit(cache=True, nogil=True)
-def _categorical_rows(codes, rng, order, cdf, group_end, group_q, n_groups, out):
-    for i in range(codes.shape[0]):
-        begin_row(rng, i)  # keyed releases: row i reads its own stream
-        out[i] = group_draw(codes[i], rng, order, cdf, group_end, group_q, n_groups)
-
-
-def categorical_rows(codes, rng, order, cdf, group_end, group_q, n_groups):
-    """Draw an output of row ``codes[i]`` from the tables of :func:`exponent_groups`
-    (the exact sampler of every entry, see :func:`group_draw`)."""
-    codes = np.ascontiguousarray(codes, dtype=np.int64)
-    out = np.empty(codes.shape[0], dtype=np.int64)
-    _categorical_rows(codes, rng, order, cdf, group_end, group_q, n_groups, out)
-    return out
 
 
 # -- alias tables with an exact tail: one digit per draw for any matrix ---------
