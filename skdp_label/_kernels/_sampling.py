@@ -452,6 +452,59 @@ def _discrete_gaussian(rng, sigma, c, out):
     return out
 
 
+def gaussian_additive(y, rng, granularity, table, clip, lo, hi):
+    """Labels rounded to the grid plus discrete Gaussian noise in grid units,
+    clipped (as :func:`staircase_additive`), drawn by rejection from the
+    envelope of ``table`` (``gaussian_cell_table``): about two digits a label."""
+    out = np.empty(y.shape[0], dtype=np.float64)
+    _gaussian_additive(y, rng, granularity, *table, clip, lo, hi, out)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _gaussian_additive(y, rng, granularity, g, prob, alias, squeeze, clip, lo, hi, out):
+    qd, frac, scale, half, cell, shift = g[0], g[1], g[2], g[3], g[4], np.int64(g[5])
+    m0, inv_two_var = g[6], g[7]
+    unit = np.int64(1) << shift
+    unit_f = float(unit)
+    inv_granularity = 1.0 / granularity
+    for i in range(y.shape[0]):
+        begin_row(rng, i)  # keyed releases: row i reads its own stream
+        while True:  # proposals until one is accepted
+            d = _digit(rng)
+            if _bernoulli_first(d, qd, frac, rng):  # the tail |Z| >= m0 (rare)
+                extra = geometric(g[8], g[9], g[10], g[11], rng)
+                negative = _digit(rng) >= _HALF_DIGIT
+                if bernoulli_exact(np.exp(-(extra * extra) * inv_two_var), rng):
+                    z = -(m0 + extra) if negative else m0 + extra
+                    break
+                continue
+            t = _alias_pick((d - qd) * scale, prob, alias) - half  # the same digit: a cell
+            if cell == 1.0:  # one value a cell: its weight is the envelope's
+                z = t
+                break
+            # One digit: its top log2(L) bits are the offset, the others start
+            # the uniform of the acceptance Bernoulli (read on in a tie).
+            e = np.int64(_digit(rng))
+            offset = e >> shift
+            if t == 0.0:  # the value 0 under an envelope of L: accepted w.p. 1 / L
+                if offset == 0:
+                    z = 0.0
+                    break
+                continue
+            m_first = 1.0 + cell * (abs(t) - 1.0)
+            bits = e & (unit - 1)
+            if bits >= squeeze[np.int64(abs(t))]:  # not under the cell's smallest acceptance
+                x = np.exp(-(offset * (2.0 * m_first + offset)) * inv_two_var) * unit_f
+                xd = np.floor(x)
+                if not _bernoulli_first(float(bits), xd, x - xd, rng):
+                    continue
+            z = np.copysign(m_first + offset, t)
+            break
+        out[i] = _shift_on_grid(y[i], z, granularity, inv_granularity, clip, lo, hi)
+    return out
+
+
 @numba.njit(cache=True, nogil=True)
 def count_outside(y, lo, hi, integer):
     """How many labels are outside [lo, hi] (or, if ``integer``, not integers)."""
