@@ -27,7 +27,8 @@ N = 200_000
 
 
 def _draw(sigma, table, n=N, seed=1):
-    return S.gaussian_additive(np.zeros(n), np.random.default_rng(seed), 1.0, table, False, 0.0, 0.0)
+    rng = np.random.default_rng(seed)
+    return S.gaussian_additive(np.zeros(n), rng, 1.0, table, False, 0.0, 0.0)
 
 
 def _pvalue(draws, sigma, n_bins=80, only=None):

@@ -359,9 +359,22 @@ def bulk_constants(m0, tail_probability, n_entries, cell=1):
 
 
 _NO_OFFSETS = (np.ones(1), np.zeros(1, dtype=np.int64))  # the offset table of a value table
+_NO_STEPS = np.zeros((0, 3), dtype=np.int64)
 
 
-def staircase_additive_bulk(y, rng, granularity, c, bulk, prob, alias, clip, lo, hi, offsets=None):
+def step_records(starts, sizes):
+    """The ``steps`` of :func:`staircase_additive_bulk`: per entry, its first
+    value, its number of values m, and 2**53 - (2**53 mod m), below which a
+    digit's residue mod m is exactly uniform."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    return np.ascontiguousarray(
+        np.stack([np.asarray(starts, np.int64), sizes, _DIGIT_INT - _DIGIT_INT % sizes], axis=1)
+    )
+
+
+def staircase_additive_bulk(
+    y, rng, granularity, c, bulk, prob, alias, clip, lo, hi, offsets=None, steps=None
+):
     """:func:`staircase_additive` with the bulk from an alias table.
 
     An exact Bernoulli on the first digit sends a label to the tail
@@ -379,11 +392,17 @@ def staircase_additive_bulk(y, rng, granularity, c, bulk, prob, alias, clip, lo,
     every cell, P(i) proportional to e^(-lam i), and is drawn from a fresh
     digit through the alias table ``offsets = (prob, alias)`` of i
     (both tables from ``laplace_cell_table``).
+
+    A table of *steps* (``steps`` from :func:`step_records`: the staircase
+    on a fine grid, ``staircase_cell_table``) has entries of equal-weight
+    values ``start, ..., start + m - 1``; the value is drawn uniformly inside
+    the entry from a fresh digit (exactly, by rejection).
     """
     offset_prob, offset_alias = _NO_OFFSETS if offsets is None else offsets
     out = np.empty(y.shape[0], dtype=np.float64)
     _staircase_additive_bulk(
-        y, rng, granularity, c, bulk, prob, alias, offset_prob, offset_alias, clip, lo, hi, out
+        y, rng, granularity, c, bulk, prob, alias, offset_prob, offset_alias,
+        _NO_STEPS if steps is None else steps, clip, lo, hi, out,
     )
     return out
 
@@ -402,7 +421,7 @@ def _alias_pick(v, prob, alias):
 
 @numba.njit(cache=True, nogil=True)
 def _staircase_additive_bulk(
-    y, rng, granularity, c, bulk, prob, alias, offset_prob, offset_alias, clip, lo, hi, out
+    y, rng, granularity, c, bulk, prob, alias, offset_prob, offset_alias, steps, clip, lo, hi, out
 ):
     qd, frac, scale, m0, cell, offset_scale = bulk[0], bulk[1], bulk[2], bulk[3], bulk[4], bulk[5]
     half = (prob.shape[0] - 1) // 2  # entries -half, ..., half
@@ -413,6 +432,12 @@ def _staircase_additive_bulk(
         if _bernoulli_first(d, qd, frac, rng):
             m = m0 + staircase_one_sided(c, rng)
             z = -m if _digit(rng) >= _HALF_DIGIT else m
+        elif steps.shape[0] > 0:
+            j = np.int64(_alias_pick((d - qd) * scale, prob, alias))
+            e = np.int64(_digit(rng))
+            while e >= steps[j, 2]:  # probability below m / 2**53
+                e = np.int64(_digit(rng))
+            z = float(steps[j, 0] + e % steps[j, 1])
         else:
             z = _alias_pick((d - qd) * scale, prob, alias) - half
             if cell > 1.0 and z != 0.0:

@@ -35,6 +35,7 @@ from ..._kernels._sampling import (
     staircase_additive_bulk,
     staircase_constants,
     staircase_noise,
+    step_records,
 )
 from ...utils._random import power_of_two_grid
 from .._base import OUT_OF_BOUNDS_CONSTRAINT, OUT_OF_BOUNDS_DOC, BaseLabelMechanism
@@ -47,6 +48,7 @@ from ._noise import (
     optimal_discrete_staircase_r,
     optimal_staircase_gamma,
     staircase_alias_table,
+    staircase_cell_table,
     staircase_pmf,
     staircase_tail,
     staircase_variance,
@@ -221,17 +223,23 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
             if cached is None or cached[0] != key:  # rebuilt after a refit
                 table = staircase_alias_table(lam, width, r)
                 if table is not None:
-                    table = (*table, 1, None)
+                    table = (*table, 1, None, None)
                 elif width == 1 and r == 1:  # a fine grid: a table of super-blocks
                     table = laplace_cell_table(lam)
+                    table = None if table is None else (*table, None)
+                else:  # a fine grid: a table of steps
+                    table = staircase_cell_table(lam, width, r)
+                    if table is not None:
+                        *head, starts, sizes = table
+                        table = (*head, 1, None, step_records(starts, sizes))
                 cached = self._alias_table = (key, table)
             table = cached[1]
             if table is not None:
-                m0, tail, prob, alias, cell, offsets = table
+                m0, tail, prob, alias, cell, offsets, steps = table
                 return staircase_additive_bulk(
                     y, rng, self.granularity_, constants,
                     bulk_constants(m0, tail, prob.shape[0], cell), prob, alias, bool(self.clip), lo, hi,
-                    offsets,
+                    offsets, steps,
                 )
         return staircase_additive(y, rng, self.granularity_, constants, bool(self.clip), lo, hi)
 

@@ -229,6 +229,60 @@ def laplace_cell_table(lam, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9
     return m0, tail_probability, prob, alias, int(big_l), offsets
 
 
+def staircase_cell_table(lam, width, r, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9):
+    """Alias table of the bulk of the staircase distribution by *steps*, for
+    the fine grids of the continuous staircase (``width`` ~ 2**20 eps values a
+    block: far too many values for :func:`staircase_alias_table`).
+
+    Every value of a step has the same probability, so an entry is a step:
+    the centre -(r - 1), ..., r - 1 (block 0's high step, both signs, and 0),
+    and for each sign block 0's low step and, for blocks k = 1, ..., K - 1,
+    their high and low steps, as long as a block has at least
+    ``min_probability``; the value inside a step is uniform (drawn exactly by
+    the kernel). The tail |z| >= m0 = K width (probability
+    2 p0 b^K M / (1 - b)) is the exact sampler's. Returns None when the
+    table's error bound (digit quantisation and float error, as in
+    :func:`staircase_alias_table`) exceeds ``rtol`` relative, or when it
+    would have more than ``max_entries`` entries or no block beyond 0.
+
+    Returns
+    -------
+    m0 : int
+    tail_probability : float
+    prob, alias : ndarray
+        The alias table of the steps.
+    starts, sizes : ndarray of int64
+        First value and number of values of each step.
+    """
+    width, r = int(width), int(r)
+    p0 = _p_zero(lam, width, r)
+    b = math.exp(-lam)
+    block_mass = r + b * (width - r)
+    n_blocks = min(
+        math.floor(math.log(p0 * block_mass / min_probability) / lam) + 1, (max_entries - 1) // 4
+    )
+    if n_blocks < 2:
+        return None
+    starts, sizes, masses = [-(r - 1)], [2 * r - 1], [p0 * (2 * r - 1)]
+    for k in range(n_blocks):
+        steps = [(k * width + r, width - r, k + 1)]  # the low step (weight b^(k+1))
+        if k > 0:
+            steps.append((k * width, r, k))  # the high step (weight b^k)
+        for first, size, power in steps:
+            if size > 0:
+                mass = p0 * math.exp(-lam * power) * size
+                starts += [first, -(first + size - 1)]
+                sizes += [size, size]
+                masses += [mass, mass]
+    masses = np.array(masses)
+    m0 = n_blocks * width
+    tail_probability = 2.0 * p0 * math.exp(-lam * n_blocks) * block_mass / -math.expm1(-lam)
+    prob, alias = alias_table(masses)
+    if not _alias_error_bound(prob, alias, masses, 1.0 - tail_probability) <= rtol:
+        return None
+    return m0, tail_probability, prob, alias, np.array(starts), np.array(sizes)
+
+
 def gaussian_cell_table(
     sigma, cells_per_sigma=32, n_sigmas=9.0, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9
 ):
@@ -264,7 +318,8 @@ def gaussian_cell_table(
     prob, alias : ndarray
         The alias table of the cells t = -T, ..., T.
     squeeze : ndarray of int64
-        For |t| = 1, ..., T (after an unused entry for t = 0): an integer below 2**(53 - log2 L) e^(-(L - 1)
+        For |t| = 1, ..., T (after an unused entry for t = 0): an integer
+        below 2**(53 - log2 L) e^(-(L - 1)
         (2 m_t + L - 1) / 2 sigma^2), the smallest acceptance probability in
         the cell, scaled to the offset digit's remaining bits: a proposal
         whose acceptance bits fall below it is accepted without computing
