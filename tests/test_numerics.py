@@ -452,23 +452,32 @@ def test_exponent_groups_reproduce_the_matrix():
         np.testing.assert_allclose(_implied(tables, row), matrix[row], rtol=1e-12, atol=0)
 
 
-def test_categorical_rows_reaches_a_1e_300_entry():
+def _tail_only_tables(matrix):
+    # rtol = 0: no entry passes the alias table's error check, so every draw
+    # goes (after one digit for the Bernoulli(1) of the tail) to group_draw.
+    tables = S.categorical_tables(matrix, rtol=0.0)
+    assert np.all(tables[0][:, 0] == DIGIT)  # the tail's digit threshold: all of them
+    return tables
+
+
+def test_group_draw_reaches_a_1e_300_entry():
     matrix = np.array([[1.0 - 1e-15, 1e-15, 1e-300, 0.0]])
-    tables = S.exponent_groups(matrix)
-    # Move on from the dominant group (Bernoulli(1e-15): first digit 0), then
-    # from the 1e-15 group (Bernoulli(1e-285): 18 zero digits), then any digit.
-    picked = S.categorical_rows(np.array([0]), scripted([0] + [0] * 19 + [123]), *tables)
+    tables = _tail_only_tables(matrix)
+    # A digit for the tail Bernoulli(1); then move on from the dominant group
+    # (Bernoulli(1e-15): first digit 0), then from the 1e-15 group
+    # (Bernoulli(1e-285): 18 zero digits), then any digit.
+    picked = S.categorical_codes(np.array([0]), scripted([7] + [0] + [0] * 19 + [123]), tables)
     assert picked[0] == 2
-    picked = S.categorical_rows(np.array([0]), scripted([DIGIT - 1, 5]), *tables)
+    picked = S.categorical_codes(np.array([0]), scripted([7, DIGIT - 1, 5]), tables)
     assert picked[0] == 0
 
 
-def test_categorical_rows_matches_the_matrix():
+def test_group_draw_matches_the_matrix():
     matrix = np.array([[0.5, 0.3, 0.15, 0.04, 0.01, 0.0], [0.01, 0.02, 0.03, 0.04, 0.4, 0.5]])
-    tables = S.exponent_groups(matrix)
+    tables = _tail_only_tables(matrix)
     rng = np.random.default_rng(9)
     for row in range(2):
-        draws = S.categorical_rows(np.full(60_000, row), rng, *tables)
+        draws = S.categorical_codes(np.full(60_000, row), rng, tables)
         nz = matrix[row] > 0
         assert chi_square_pvalue(draws, np.flatnonzero(nz), matrix[row][nz]) > 1e-4
 

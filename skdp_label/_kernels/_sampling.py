@@ -359,9 +359,22 @@ def bulk_constants(m0, tail_probability, n_entries, cell=1):
 
 
 _NO_OFFSETS = (np.ones(1), np.zeros(1, dtype=np.int64))  # the offset table of a value table
+_NO_STEPS = np.zeros((0, 3), dtype=np.int64)
 
 
-def staircase_additive_bulk(y, rng, granularity, c, bulk, prob, alias, clip, lo, hi, offsets=None):
+def step_records(starts, sizes):
+    """The ``steps`` of :func:`staircase_additive_bulk`: per entry, its first
+    value, its number of values m, and 2**53 - (2**53 mod m), below which a
+    digit's residue mod m is exactly uniform."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    return np.ascontiguousarray(
+        np.stack([np.asarray(starts, np.int64), sizes, _DIGIT_INT - _DIGIT_INT % sizes], axis=1)
+    )
+
+
+def staircase_additive_bulk(
+    y, rng, granularity, c, bulk, prob, alias, clip, lo, hi, offsets=None, steps=None
+):
     """:func:`staircase_additive` with the bulk from an alias table.
 
     An exact Bernoulli on the first digit sends a label to the tail
@@ -379,11 +392,17 @@ def staircase_additive_bulk(y, rng, granularity, c, bulk, prob, alias, clip, lo,
     every cell, P(i) proportional to e^(-lam i), and is drawn from a fresh
     digit through the alias table ``offsets = (prob, alias)`` of i
     (both tables from ``laplace_cell_table``).
+
+    A table of *steps* (``steps`` from :func:`step_records`: the staircase
+    on a fine grid, ``staircase_cell_table``) has entries of equal-weight
+    values ``start, ..., start + m - 1``; the value is drawn uniformly inside
+    the entry from a fresh digit (exactly, by rejection).
     """
     offset_prob, offset_alias = _NO_OFFSETS if offsets is None else offsets
     out = np.empty(y.shape[0], dtype=np.float64)
     _staircase_additive_bulk(
-        y, rng, granularity, c, bulk, prob, alias, offset_prob, offset_alias, clip, lo, hi, out
+        y, rng, granularity, c, bulk, prob, alias, offset_prob, offset_alias,
+        _NO_STEPS if steps is None else steps, clip, lo, hi, out,
     )
     return out
 
@@ -402,7 +421,7 @@ def _alias_pick(v, prob, alias):
 
 @numba.njit(cache=True, nogil=True)
 def _staircase_additive_bulk(
-    y, rng, granularity, c, bulk, prob, alias, offset_prob, offset_alias, clip, lo, hi, out
+    y, rng, granularity, c, bulk, prob, alias, offset_prob, offset_alias, steps, clip, lo, hi, out
 ):
     qd, frac, scale, m0, cell, offset_scale = bulk[0], bulk[1], bulk[2], bulk[3], bulk[4], bulk[5]
     half = (prob.shape[0] - 1) // 2  # entries -half, ..., half
@@ -413,6 +432,12 @@ def _staircase_additive_bulk(
         if _bernoulli_first(d, qd, frac, rng):
             m = m0 + staircase_one_sided(c, rng)
             z = -m if _digit(rng) >= _HALF_DIGIT else m
+        elif steps.shape[0] > 0:
+            j = np.int64(_alias_pick((d - qd) * scale, prob, alias))
+            e = np.int64(_digit(rng))
+            while e >= steps[j, 2]:  # probability below m / 2**53
+                e = np.int64(_digit(rng))
+            z = float(steps[j, 0] + e % steps[j, 1])
         else:
             z = _alias_pick((d - qd) * scale, prob, alias) - half
             if cell > 1.0 and z != 0.0:
@@ -449,6 +474,59 @@ def _discrete_gaussian(rng, sigma, c, out):
             if bernoulli_exact(np.exp(-(gap * gap) / two_var), rng):
                 out[i] = y
                 break
+    return out
+
+
+def gaussian_additive(y, rng, granularity, table, clip, lo, hi):
+    """Labels rounded to the grid plus discrete Gaussian noise in grid units,
+    clipped (as :func:`staircase_additive`), drawn by rejection from the
+    envelope of ``table`` (``gaussian_cell_table``): about two digits a label."""
+    out = np.empty(y.shape[0], dtype=np.float64)
+    _gaussian_additive(y, rng, granularity, *table, clip, lo, hi, out)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _gaussian_additive(y, rng, granularity, g, prob, alias, squeeze, clip, lo, hi, out):
+    qd, frac, scale, half, cell, shift = g[0], g[1], g[2], g[3], g[4], np.int64(g[5])
+    m0, inv_two_var = g[6], g[7]
+    unit = np.int64(1) << shift
+    unit_f = float(unit)
+    inv_granularity = 1.0 / granularity
+    for i in range(y.shape[0]):
+        begin_row(rng, i)  # keyed releases: row i reads its own stream
+        while True:  # proposals until one is accepted
+            d = _digit(rng)
+            if _bernoulli_first(d, qd, frac, rng):  # the tail |Z| >= m0 (rare)
+                extra = geometric(g[8], g[9], g[10], g[11], rng)
+                negative = _digit(rng) >= _HALF_DIGIT
+                if bernoulli_exact(np.exp(-(extra * extra) * inv_two_var), rng):
+                    z = -(m0 + extra) if negative else m0 + extra
+                    break
+                continue
+            t = _alias_pick((d - qd) * scale, prob, alias) - half  # the same digit: a cell
+            if cell == 1.0:  # one value a cell: its weight is the envelope's
+                z = t
+                break
+            # One digit: its top log2(L) bits are the offset, the others start
+            # the uniform of the acceptance Bernoulli (read on in a tie).
+            e = np.int64(_digit(rng))
+            offset = e >> shift
+            if t == 0.0:  # the value 0 under an envelope of L: accepted w.p. 1 / L
+                if offset == 0:
+                    z = 0.0
+                    break
+                continue
+            m_first = 1.0 + cell * (abs(t) - 1.0)
+            bits = e & (unit - 1)
+            if bits >= squeeze[np.int64(abs(t))]:  # not under the cell's smallest acceptance
+                x = np.exp(-(offset * (2.0 * m_first + offset)) * inv_two_var) * unit_f
+                xd = np.floor(x)
+                if not _bernoulli_first(float(bits), xd, x - xd, rng):
+                    continue
+            z = np.copysign(m_first + offset, t)
+            break
+        out[i] = _shift_on_grid(y[i], z, granularity, inv_granularity, clip, lo, hi)
     return out
 
 
@@ -556,8 +634,8 @@ def _randomized_response_indices(codes, rng, n_classes, c, out):
 
 
 def exponent_groups(matrix):
-    """Tables of :func:`categorical_rows`: each row's outputs grouped by the
-    binary exponent of their probability.
+    """Tables of :func:`group_draw` (the exact tail of :func:`categorical_tables`):
+    each row's outputs grouped by the binary exponent of their probability.
 
     In a group all probabilities lie in [2^e, 2^(e+1)). Groups are visited
     from the largest exponent down; at each, an exact Bernoulli decides
@@ -638,22 +716,6 @@ def group_draw(row, rng, order, cdf, group_end, group_q, n_groups):
         else:
             lo = mid + 1
     return order[row, lo]
-
-
-@numba.njit(cache=True, nogil=True)
-def _categorical_rows(codes, rng, order, cdf, group_end, group_q, n_groups, out):
-    for i in range(codes.shape[0]):
-        begin_row(rng, i)  # keyed releases: row i reads its own stream
-        out[i] = group_draw(codes[i], rng, order, cdf, group_end, group_q, n_groups)
-
-
-def categorical_rows(codes, rng, order, cdf, group_end, group_q, n_groups):
-    """Draw an output of row ``codes[i]`` from the tables of :func:`exponent_groups`
-    (the exact sampler of every entry, see :func:`group_draw`)."""
-    codes = np.ascontiguousarray(codes, dtype=np.int64)
-    out = np.empty(codes.shape[0], dtype=np.int64)
-    _categorical_rows(codes, rng, order, cdf, group_end, group_q, n_groups, out)
-    return out
 
 
 # -- alias tables with an exact tail: one digit per draw for any matrix ---------

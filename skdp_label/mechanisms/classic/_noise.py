@@ -17,7 +17,9 @@ import math
 import numpy as np
 from scipy import optimize, special
 
-from ..._kernels._sampling import geometric_constants
+from ..._kernels._sampling import (
+    geometric_constants, max_geometric, max_staircase_magnitude, split_probability,
+)
 
 __all__ = [
     "staircase_pmf",
@@ -225,6 +227,139 @@ def laplace_cell_table(lam, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9
     if not bound <= rtol:
         return None
     return m0, tail_probability, prob, alias, int(big_l), offsets
+
+
+def staircase_cell_table(lam, width, r, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9):
+    """Alias table of the bulk of the staircase distribution by *steps*, for
+    the fine grids of the continuous staircase (``width`` ~ 2**20 eps values a
+    block: far too many values for :func:`staircase_alias_table`).
+
+    Every value of a step has the same probability, so an entry is a step:
+    the centre -(r - 1), ..., r - 1 (block 0's high step, both signs, and 0),
+    and for each sign block 0's low step and, for blocks k = 1, ..., K - 1,
+    their high and low steps, as long as a block has at least
+    ``min_probability``; the value inside a step is uniform (drawn exactly by
+    the kernel). The tail |z| >= m0 = K width (probability
+    2 p0 b^K M / (1 - b)) is the exact sampler's. Returns None when the
+    table's error bound (digit quantisation and float error, as in
+    :func:`staircase_alias_table`) exceeds ``rtol`` relative, or when it
+    would have more than ``max_entries`` entries or no block beyond 0.
+
+    Returns
+    -------
+    m0 : int
+    tail_probability : float
+    prob, alias : ndarray
+        The alias table of the steps.
+    starts, sizes : ndarray of int64
+        First value and number of values of each step.
+    """
+    width, r = int(width), int(r)
+    p0 = _p_zero(lam, width, r)
+    b = math.exp(-lam)
+    block_mass = r + b * (width - r)
+    n_blocks = min(
+        math.floor(math.log(p0 * block_mass / min_probability) / lam) + 1, (max_entries - 1) // 4
+    )
+    if n_blocks < 2:
+        return None
+    starts, sizes, masses = [-(r - 1)], [2 * r - 1], [p0 * (2 * r - 1)]
+    for k in range(n_blocks):
+        steps = [(k * width + r, width - r, k + 1)]  # the low step (weight b^(k+1))
+        if k > 0:
+            steps.append((k * width, r, k))  # the high step (weight b^k)
+        for first, size, power in steps:
+            if size > 0:
+                mass = p0 * math.exp(-lam * power) * size
+                starts += [first, -(first + size - 1)]
+                sizes += [size, size]
+                masses += [mass, mass]
+    masses = np.array(masses)
+    m0 = n_blocks * width
+    tail_probability = 2.0 * p0 * math.exp(-lam * n_blocks) * block_mass / -math.expm1(-lam)
+    prob, alias = alias_table(masses)
+    if not _alias_error_bound(prob, alias, masses, 1.0 - tail_probability) <= rtol:
+        return None
+    return m0, tail_probability, prob, alias, np.array(starts), np.array(sizes)
+
+
+def gaussian_cell_table(
+    sigma, cells_per_sigma=32, n_sigmas=9.0, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9
+):
+    """Envelope tables of the discrete Gaussian P(Z = z) proportional to
+    e^(-z^2 / (2 sigma^2)), for :func:`skdp_label._kernels._sampling.gaussian_additive`.
+
+    Rejection from a piecewise-constant envelope: cells of ``L`` values (a
+    power of two, about sigma / ``cells_per_sigma``; 1 for small sigma), the
+    value 0 (envelope L, accepted when the offset is 0) and for each sign
+    the cells t = 1, ..., T of magnitudes
+    m = 1 + L (t - 1) + i, i < L, covering about ``n_sigmas`` sigma. Cell t's
+    envelope is L e^(-m_t^2 / 2 sigma^2) (its first value's weight, m_t =
+    1 + L (t - 1)); a proposal picks a cell by an alias table, an offset i
+    uniformly, and is accepted with an exact Bernoulli of
+    e^(-i (2 m_t + i) / 2 sigma^2) = w(m) / w(m_t): the accepted value has
+    probability proportional to w(m) exactly (up to the table's error and
+    the float rounding of the exponential). Magnitudes m >= m0 = 1 + L T
+    (the tail) are proposed as m0 + G, G geometric of rate m0 / sigma^2 (the
+    tangent of m^2 / 2 sigma^2 at m0, so w(m0) e^(-G m0 / sigma^2) is an
+    envelope) and accepted with probability e^(-G^2 / 2 sigma^2). A rejected
+    proposal starts over.
+
+    Returns None when the alias table's error bound (digit quantisation and
+    float error, as in :func:`staircase_alias_table`) exceeds ``rtol``
+    relative, or when the tail could propose magnitudes beyond those of the
+    Canonne-Kamath-Steinke sampler (whose range the mechanism checked).
+
+    Returns
+    -------
+    constants : ndarray of float64
+        (tail digit threshold, its fraction, bulk scale, T, L, 53 - log2 L,
+        m0, 1 / 2 sigma^2, and the four :func:`geometric_constants` of the tail).
+    prob, alias : ndarray
+        The alias table of the cells t = -T, ..., T.
+    squeeze : ndarray of int64
+        For |t| = 1, ..., T (after an unused entry for t = 0): an integer
+        below 2**(53 - log2 L) e^(-(L - 1)
+        (2 m_t + L - 1) / 2 sigma^2), the smallest acceptance probability in
+        the cell, scaled to the offset digit's remaining bits: a proposal
+        whose acceptance bits fall below it is accepted without computing
+        the exponential.
+    """
+    sigma = float(sigma)
+    two_var = 2.0 * sigma * sigma
+    log_l = max(0, min(20, math.floor(math.log2(max(sigma / cells_per_sigma, 1.0)))))
+    big_l = 2**log_l
+    n_cells = min(math.ceil(n_sigmas * sigma / big_l) + 1, (max_entries - 1) // 2)
+    m_first = 1.0 + big_l * np.arange(n_cells, dtype=np.float64)  # m_t of t = 1, ..., T
+    cells = big_l * np.exp(-(m_first * m_first) / two_var)
+    n_cells = max(1, int(np.count_nonzero(cells >= min_probability * (big_l + 2.0 * cells.sum()))))
+    m_first, cells = m_first[:n_cells], cells[:n_cells]
+    m0 = 1 + big_l * n_cells
+    tail_rate = m0 / (sigma * sigma)
+    t_const = geometric_constants(tail_rate)
+    ckst = 1.0 / (math.floor(sigma) + 1.0)  # the CKS proposal's range, checked at fit
+    if m0 + max_geometric(tail_rate) > max_staircase_magnitude(ckst, 1):
+        return None
+    tail_side = math.exp(-(m0 * m0) / two_var) / -math.expm1(-tail_rate)
+    # The value 0 gets a cell of envelope L too, accepted when the offset is 0
+    # (probability exactly 1 / L): alone, its share would be too small for the
+    # alias table's digit quantisation on fine grids.
+    masses = np.concatenate([cells[::-1], [float(big_l)], cells])
+    total = math.fsum(masses) + 2.0 * tail_side
+    tail = 2.0 * tail_side / total
+    prob, alias = alias_table(masses)
+    if not _alias_error_bound(prob, alias, masses / total, 1.0 - tail) <= rtol:
+        return None
+    qd, frac = split_probability(tail)
+    unit = 2.0 ** (53 - log_l)
+    worst = np.exp(-((big_l - 1.0) * (2.0 * m_first + big_l - 1.0)) / two_var)
+    # (1 - 1e-12): below the float exponential of every offset in the cell.
+    squeeze = np.floor(np.concatenate([[0.0], worst]) * unit * (1.0 - 1e-12)).astype(np.int64)
+    constants = np.array([
+        qd, frac, prob.shape[0] / (2.0**53 - qd), float(n_cells), float(big_l), float(53 - log_l),
+        float(m0), 1.0 / two_var, *t_const,
+    ])
+    return constants, prob, alias, squeeze
 
 
 def staircase_moment(lam, width, r, power, tol=1e-16):

@@ -1,0 +1,111 @@
+"""The step tables of the staircase on fine grids (the continuous
+``Staircase``'s bulk fast path, ``staircase_cell_table``): every entry is a
+step of equal-weight values, drawn uniformly inside by rejection.
+
+* The table reproduces every value's probability to 1e-9 relative and its
+  tail is the exact mass beyond m0 (checked value by value at the
+  mechanism's own grid, ~8e5 values a block).
+* Draws match the exact staircase pmf, bulk and tail (chi-squared, with a
+  table cut early so that the exact tail runs often).
+* Mutations are caught: steps one value too long, or block 1's high steps
+  with block 0's weight (an off-by-one in the block power).
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from _audit import chi_square_pvalue
+from skdp_label._kernels import _sampling as S
+from skdp_label.mechanisms import Staircase
+from skdp_label.mechanisms.classic._noise import (
+    alias_table,
+    alias_table_probabilities,
+    staircase_cell_table,
+    staircase_pmf,
+    staircase_tail,
+)
+
+
+@pytest.mark.parametrize("eps", [0.3, 1.0, 5.0])
+def test_step_table_is_the_staircase_bulk(eps):
+    mech = Staircase(eps, bounds=(0.0, 400.0)).fit([0.0])
+    lam, width, r = mech._staircase(mech.sensitivity_units_)
+    m0, tail, prob, alias, starts, sizes = staircase_cell_table(lam, width, r)
+    assert m0 % width == 0 and m0 >= 2 * width
+    np.testing.assert_allclose(tail, 2 * staircase_tail(np.array([m0]), lam, width, r)[0], rtol=1e-12)
+    implied = alias_table_probabilities(prob, alias) * (1.0 - tail)
+    for j in range(prob.shape[0]):
+        ends = np.array([starts[j], starts[j] + sizes[j] - 1])
+        exact = staircase_pmf(ends, lam, width, r)
+        assert exact[0] == exact[1]  # one weight a step
+        assert implied[j] / sizes[j] == pytest.approx(exact[0], rel=1e-9)
+    # The steps tile -(m0 - 1), ..., m0 - 1 exactly: sizes add up, no overlap.
+    assert sizes.sum() == 2 * m0 - 1
+    order = np.argsort(starts)
+    np.testing.assert_array_equal(starts[order][1:], (starts + sizes)[order][:-1])
+    assert starts.min() == -(m0 - 1)
+
+
+SMALL = (0.7, 40, 13)  # lam, width, r: values up to a few hundred, pmf testable value by value
+
+
+def _step_noise(n, seed, table, lam=SMALL[0], width=SMALL[1], r=SMALL[2]):
+    m0, tail, prob, alias, starts, sizes = table
+    return S.staircase_additive_bulk(
+        np.zeros(n), np.random.default_rng(seed), 1.0, S.staircase_constants(lam, width, r),
+        S.bulk_constants(m0, tail, prob.shape[0]), prob, alias, False, 0.0, 0.0,
+        steps=S.step_records(starts, sizes),
+    )
+
+
+def _pvalue(noise, lam=SMALL[0], width=SMALL[1], r=SMALL[2]):
+    z = np.arange(-2500, 2501)
+    p = staircase_pmf(z, lam, width, r)
+    assert p.sum() > 1 - 1e-12
+    assert np.all(np.abs(noise) <= 2500)
+    return chi_square_pvalue(noise, z, p / p.sum())
+
+
+def test_step_sampler_matches_the_staircase_including_tails():
+    table = staircase_cell_table(*SMALL, min_probability=0.03)  # 3 blocks: a fat tail
+    noise = _step_noise(200_000, 4, table)
+    assert np.all(noise == np.rint(noise))
+    assert (np.abs(noise) >= table[0]).mean() > 0.05  # the exact tail ran too
+    assert _pvalue(noise) > 1e-4
+
+
+def test_step_sampler_audit_catches_wrong_steps():
+    m0, tail, prob, alias, starts, sizes = staircase_cell_table(*SMALL, min_probability=0.03)
+    longer = _step_noise(200_000, 4, (m0, tail, prob, alias, starts, sizes + 1))
+    assert _pvalue(longer) < 1e-6
+    # Off by one in the block power: block 1's high steps (both signs) get
+    # block 0's weight.
+    width, r = SMALL[1], SMALL[2]
+    high = [j for j in range(sizes.shape[0]) if starts[j] in (width, -(width + r - 1))]
+    assert len(high) == 2
+    masses = alias_table_probabilities(prob, alias)
+    masses[high] *= math.exp(SMALL[0])
+    broken = _step_noise(200_000, 4, (m0, tail, *alias_table(masses), starts, sizes))
+    assert _pvalue(broken) < 1e-6
+
+
+def test_no_step_table_without_blocks_beyond_the_first():
+    assert staircase_cell_table(5.0, 40, 13, min_probability=0.5) is None
+    assert staircase_cell_table(0.7, 40, 13, rtol=1e-18) is None  # bound not met: exact sampler
+
+
+def test_staircase_mechanism_uses_the_steps_and_keeps_its_noise_law():
+    mech = Staircase(1.0, bounds=(0.0, 1.0), clip=False).fit([0.0])
+    noise = mech.transform(np.zeros(50_000)) / mech.granularity_
+    assert mech._alias_table[1][-1] is not None  # the step table was built and used
+    lam, width, r = mech._staircase(mech.sensitivity_units_)
+    # P(|Z| in block k) = block mass: compare the block counts with the exact law.
+    blocks = np.minimum(np.abs(noise) // width, 6).astype(np.int64)
+    edges = np.arange(7) * width
+    tails = staircase_tail(edges, lam, width, r) * 2
+    tails[0] = 1.0
+    p = np.append(-np.diff(tails), tails[-1])
+    assert chi_square_pvalue(blocks, np.arange(7), p) > 1e-4
+    assert math.isclose((noise > 0).mean(), 0.5, abs_tol=0.01)
