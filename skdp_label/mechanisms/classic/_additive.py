@@ -217,7 +217,9 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
         lam, width, r = self._staircase(self.sensitivity_units_)
         lo, hi = self._bounds()
         constants = staircase_constants(lam, width, r)
-        if y.shape[0] >= 10_000:  # worth building the table
+        # Worth building the table from 10,000 labels. A keyed release always
+        # uses it: a row's noise must not depend on its batch's size.
+        if y.shape[0] >= 10_000 or not isinstance(rng, np.random.Generator):
             key = (lam, width, r)
             cached = getattr(self, "_alias_table", None)
             if cached is None or cached[0] != key:  # rebuilt after a refit

@@ -1,0 +1,286 @@
+"""Adversarial review of the new samplers (Gaussian envelope, staircase steps,
+KeyedRows as a StructRef, numpy paths below NUMPY_BELOW).
+
+* A keyed row of a staircase-family mechanism (Laplace, DiscreteLaplace,
+  Staircase, DiscreteStaircase) gets the same noise whatever the size of its
+  batch: the bulk table used to start at 10,000 labels, so a row released in
+  a batch of 3 and in a batch of 10,000 under the same release id got two
+  independent noises (a regression test of the fix). Different release ids
+  differ.
+* The Gaussian envelope sampler: every value's probability, computed from the
+  table the kernel reads (alias masses, in-cell acceptance, tail geometric and
+  its Bernoulli), is proportional to the discrete Gaussian's to 1e-9 relative,
+  at the value 0, in every cell, at m0 - 1, m0 and deep in the tail; on a
+  small table every value is drawn at its own rate (chi-squared value
+  by value, so a skipped value would fail).
+* The Gaussian mechanism at extreme epsilon, delta and bounds: outputs finite,
+  on the grid, within the bounds, never -0.0; a sigma below one grid step
+  falls back to the exact sampler and still reaches the neighbours.
+* The cached ``_cell_table`` is a function of public quantities only: the
+  same bytes for two fits on different labels, equal to a table rebuilt from
+  ``sigma_units_``; no random state in the (pickled) object.
+* The numpy paths below NUMPY_BELOW give what the kernels give: the
+  quantization mechanism's rows at n = 99,999 (Generator and keyed), nearest
+  domain value (ties at float midpoints, out of domain), the class-label
+  check (NaN, inf, fractions), the interpreted prefix sums.
+"""
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+
+from _audit import assert_no_random_state, chi_square_pvalue
+from skdp_label._kernels import _sampling as S
+from skdp_label._kernels._philox import KeyedRows
+from skdp_label.mechanisms import (
+    DiscreteLaplace,
+    DiscreteStaircase,
+    Gaussian,
+    Laplace,
+    Staircase,
+    make_mechanism,
+)
+from skdp_label.mechanisms.classic._noise import alias_table_probabilities, gaussian_cell_table
+from skdp_label.release import generate_key_file, load_key, privatize
+
+
+@pytest.fixture
+def key(tmp_path):
+    path = tmp_path / "label.key"
+    generate_key_file(path)
+    return load_key(path)
+
+
+# -- keyed staircase rows: independent of the batch size ----------------------------------
+
+STAIRCASE_FAMILY = [
+    lambda: Laplace(1.0, bounds=(0.0, 1.0)),
+    lambda: Staircase(1.0, bounds=(0.0, 1.0)),
+    lambda: DiscreteLaplace(0.5, bounds=(0, 1000)),
+    lambda: DiscreteStaircase(0.5, bounds=(0, 1000)),
+]
+
+
+@pytest.mark.parametrize("make", STAIRCASE_FAMILY, ids=["laplace", "staircase", "dlaplace", "dstaircase"])
+def test_keyed_staircase_row_does_not_depend_on_its_batch_size(key, make):
+    n = 10_000  # the bulk table's threshold for a Generator
+    y = np.rint(np.linspace(0.0, 1000.0, n)) / (1000.0 if make()._integer is False else 1.0)
+    ids = np.arange(n)
+    big, release = privatize(y, make(), key, "r1", row_keys=ids)
+    pick = np.array([0, 1, 2, n // 2, n - 1])
+    np.testing.assert_array_equal(release.randomize(y[pick], ids[pick]), big[pick])
+    alone, _ = privatize(y[pick], make(), key, "r1", row_keys=ids[pick])
+    np.testing.assert_array_equal(alone, big[pick])
+    np.testing.assert_array_equal(release.randomize(y[::-1], ids[::-1])[::-1], big)
+    other, _ = privatize(y, make(), key, "r2", row_keys=ids)
+    assert np.mean(other == big) < 0.9  # a new release id draws new noise
+
+
+def test_keyed_gaussian_row_does_not_depend_on_its_batch_size(key):
+    y = np.linspace(0.0, 1.0, 3000)
+    ids = np.arange(3000)
+    big, release = privatize(y, Gaussian(1.0, bounds=(0.0, 1.0), clip=False), key, "g", row_keys=ids)
+    np.testing.assert_array_equal(release.randomize(y[7:8], ids[7:8]), big[7:8])
+    other, _ = privatize(y, Gaussian(1.0, bounds=(0.0, 1.0), clip=False), key, "g2", row_keys=ids)
+    assert not np.any(other == big)  # continuous-like noise: no shared value
+
+
+# -- the Gaussian envelope: each value's probability from the table -----------------------
+
+
+def _log_weight(table, z):
+    """log of the unnormalised probability with which one proposal of the
+    kernel ends on ``z`` (the accepted law is proportional to it)."""
+    constants, prob, alias, _ = table
+    tail = (constants[0] + constants[1]) / 2.0**53  # the exact Bernoulli's probability
+    n_cells, big_l, m0, inv_two_var = int(constants[3]), constants[4], constants[6], constants[7]
+    rate = constants[8]
+    cells = alias_table_probabilities(prob, alias) * (1.0 - tail)
+    m = np.abs(z).astype(np.float64)
+    out = np.empty(m.shape)
+    zero, bulk, far = m == 0, (m > 0) & (m < m0), m >= m0
+    out[zero] = np.log(cells[n_cells] / big_l)
+    t = np.floor((m[bulk] - 1.0) / big_l) + 1.0
+    m_first = 1.0 + big_l * (t - 1.0)
+    offset = m[bulk] - m_first
+    out[bulk] = np.log(cells[n_cells + t.astype(np.int64)] / big_l) + np.log(
+        np.exp(-(offset * (2.0 * m_first + offset)) * inv_two_var)
+    )
+    g = m[far] - m0
+    out[far] = (
+        np.log(tail / 2.0) + np.log(-math.expm1(-rate)) - rate * g - g * g * inv_two_var
+    )
+    return out
+
+
+@pytest.mark.parametrize(
+    "sigma,args",
+    [(0.9, ()), (3.7, ()), (200.0, ()), (200.0, (2, 1.5)), (2.0**20, ()), (7.3e5, (4, 3.0))],
+)
+def test_every_value_has_the_discrete_gaussian_probability(sigma, args):
+    table = gaussian_cell_table(sigma, *args)
+    assert table is not None
+    constants = table[0]
+    big_l, m0 = int(constants[4]), int(constants[6])
+    # 0, both ends and the middle of every cell, m0 - 1, m0, and the tail.
+    starts = 1 + big_l * np.arange(int(constants[3]))
+    z = np.unique(np.concatenate([
+        [0, 1, m0 - 1, m0, m0 + 1], starts, starts + big_l - 1, starts + big_l // 2,
+        m0 + np.unique(np.geomspace(1, 6 * sigma, 200).astype(np.int64)),
+    ]))
+    z = np.concatenate([z, -z[z > 0]])
+    log_ratio = _log_weight(table, z) + (z.astype(np.float64) ** 2) * constants[7]
+    # The same constant (the normaliser) for every value: 1e-9 relative plus
+    # the rounding of the exponentials (|log w| up to ~20 here).
+    assert np.ptp(log_ratio) < 2e-9
+
+
+def test_small_table_draws_every_value_at_its_rate():
+    sigma = 12.0
+    table = gaussian_cell_table(sigma, 3, 1.0)  # L = 4 values a cell, tail from m0 = 17
+    assert table[0][4] == 4.0 and table[0][6] == 17.0
+    draws = S.gaussian_additive(np.zeros(300_000), np.random.default_rng(11), 1.0, table, False, 0, 0)
+    z = np.arange(-100, 101)
+    p = np.exp(-(z * z) / (2 * sigma * sigma))
+    p /= p.sum()
+    assert np.all(np.abs(draws) <= 100)  # P(|Z| > 100 = 8.3 sigma) ~ 1e-16
+    counts = np.array([(draws == v).sum() for v in (0, 16, -16, 17, -17, 1, -1, 4, 5)])
+    assert np.all(counts > 0)  # the value 0, the last bulk value and m0 all occur
+    # Value by value (no bins): a value the sampler skipped would fail.
+    assert chi_square_pvalue(draws, z, p) > 1e-4
+
+
+# -- the Gaussian mechanism at the edges ----------------------------------------------------
+
+
+def _assert_valid_outputs(mech, out, clip=True):
+    lo, hi = mech._bounds()
+    assert np.all(np.isfinite(out))
+    assert not np.any((out == 0) & np.signbit(out))  # no -0.0
+    on_grid = np.rint(out / mech.granularity_) * mech.granularity_ == out
+    if clip:  # the output set: grid points inside the bounds, and the bounds
+        assert np.all((out >= lo) & (out <= hi))
+        on_grid |= (out == lo) | (out == hi)
+    assert np.all(on_grid)
+
+
+@pytest.mark.parametrize(
+    "eps,delta,bounds",
+    [
+        (1e-3, 1e-5, (0.0, 1.0)),
+        (20.0, 1e-5, (0.0, 1.0)),
+        (20.0, 0.5, (-1.0, 1.0)),
+        (0.5, 1e-300, (-1e6, 1e6)),
+        (1.0, 1e-5, (-3.0, -1.0)),
+    ],
+)
+def test_gaussian_outputs_at_extreme_settings(eps, delta, bounds):
+    lo, hi = bounds
+    y = np.array([lo, hi, lo, (lo + hi) / 2, hi] * 400)
+    mech = Gaussian(eps, delta=delta, bounds=bounds, random_state=3).fit(y[:1])
+    assert mech._randomize_column(y[:1], np.random.default_rng(0)).shape == (1,)  # one label
+    assert gaussian_cell_table(mech.sigma_units_) is not None  # the envelope, not the fallback
+    _assert_valid_outputs(mech, mech.transform(y))
+    free = Gaussian(eps, delta=delta, bounds=bounds, clip=False, random_state=3).fit(y[:1])
+    out = free.transform(y)
+    _assert_valid_outputs(free, out, clip=False)
+    noise = (out - np.rint(y / free.granularity_) * free.granularity_) / free.sigma_
+    assert 0.9 < noise.std() < 1.1
+
+
+def test_gaussian_sigma_below_a_grid_step_falls_back_and_reaches_neighbours():
+    # Labels near 2**50 force a grid step of 1/4: sigma is about one step.
+    lo = 2.0**50
+    mech = Gaussian(20.0, delta=0.5, bounds=(lo, lo + 0.25), clip=False, random_state=0).fit([lo])
+    sigma = mech.sigma_units_
+    assert sigma < 1.0
+    assert gaussian_cell_table(sigma) is None  # bound not met: the exact CKS sampler
+    out = mech.transform(np.full(20_000, lo))
+    _assert_valid_outputs(mech, out, clip=False)
+    units = (out - lo) / mech.granularity_
+    p1 = math.exp(-1 / (2 * sigma * sigma))
+    share = 2 * p1 / (1 + 2 * p1 + 2 * p1**4)  # P(|Z| = 1), the rest is ~1e-5 or less
+    assert abs(np.mean(np.abs(units) == 1) - share) < 6 * math.sqrt(share / 20_000) + 1e-4
+
+
+def test_gaussian_cell_table_is_public_and_the_object_holds_no_random_state():
+    y1 = np.linspace(0.0, 1.0, 50)
+    y2 = np.full(50, 0.25)
+    mechs = []
+    for y in (y1, y2):
+        mech = Gaussian(1.0, bounds=(0.0, 1.0), random_state=0).fit(y)
+        mech.transform(y)
+        mechs.append(pickle.loads(pickle.dumps(mech)))
+    (s1, t1), (s2, t2) = (m._cell_table for m in mechs)
+    assert s1 == s2 == mechs[0].sigma_units_
+    rebuilt = gaussian_cell_table(mechs[0].sigma_units_)
+    for a, b, c in zip(t1, t2, rebuilt):
+        assert a.tobytes() == b.tobytes() == c.tobytes()
+    assert all(isinstance(a, np.ndarray) and a.dtype.kind in "fi" for a in t1)
+    for mech in mechs:
+        assert_no_random_state(mech)
+
+
+# -- numpy paths below NUMPY_BELOW vs the kernels --------------------------------------------
+
+
+def test_quantization_rows_at_99999_labels_match_the_kernel(monkeypatch):
+    from skdp_label.mechanisms.quantization import _mechanisms as Q
+
+    n = 99_999
+    rng = np.random.default_rng(5)
+    y = rng.uniform(0.0, 10.0, n)
+    y[:4] = [0.0, 10.0, 5.0, 2.5]  # the bounds and piece ends
+    mech = make_mechanism("quantization", epsilon=1.0, bounds=(0.0, 10.0)).fit(y[:1])
+    ends = np.concatenate([mech._pieces.left, mech._pieces.right])[:1000]
+    y[4 : 4 + ends.size] = ends  # labels on shared piece ends (t = 0 or 1)
+
+    def both(source):
+        numpy_path = mech._randomize_column(y, source())
+        monkeypatch.setattr(Q, "NUMPY_BELOW", 0)  # force the kernel
+        kernel_path = mech._randomize_column(y, source())
+        monkeypatch.setattr(Q, "NUMPY_BELOW", 100_000)
+        return numpy_path, kernel_path
+
+    a, b = both(lambda: np.random.default_rng(9))
+    np.testing.assert_array_equal(a, b)
+    lo_keys = np.arange(n, dtype=np.uint64) * np.uint64(2654435761)
+    a, b = both(lambda: KeyedRows(np.uint64(3), np.uint64(4), np.uint64(0), lo_keys, lo_keys + 1))
+    np.testing.assert_array_equal(a, b)
+
+
+def test_nearest_domain_value_by_search_matches_the_bucket_kernel():
+    from skdp_label.mechanisms._prior import nearest_by_search
+    from skdp_label.mechanisms.bins._sampling import BinLookup
+
+    rng = np.random.default_rng(2)
+    for values in (np.array([0.0, 0.1, 0.3, 0.7, 1.0]), np.sort(rng.uniform(-5, 5, 300)),
+                   np.linspace(-1.0, 1.0, 33) ** 3):
+        mids = (values[:-1] + values[1:]) / 2
+        y = np.concatenate([
+            mids, np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf), values,
+            [values[0] - 1.0, values[-1] + 1.0, -np.inf, np.inf], rng.uniform(-6, 6, 2000),
+        ])
+        kernel = BinLookup(values, np.arange(len(values)))(y)
+        np.testing.assert_array_equal(nearest_by_search(values, y), kernel)
+
+
+def test_class_check_numpy_path_matches_the_kernel():
+    from skdp_label.mechanisms._validation import _count_non_classes
+
+    y = np.array([0.0, 1.0, 2.0, 2.5, -1.0, 3.0, np.nan, np.inf, -np.inf, -0.0, 1e300, 2.0 - 1e-16])
+    for arr in (y, y[[0, 1, 2, 9]], np.array([0, 1, 2, 3, -1], dtype=np.int64),
+                np.array([0, 1, 2, 7], dtype=np.uint8)):
+        assert _count_non_classes(arr, 0, 2) == S.count_outside(arr, 0, 2, True)
+
+
+def test_interpreted_prefix_sums_match_the_compiled_ones():
+    from skdp_label.mechanisms.bins import _solver
+
+    rng = np.random.default_rng(4)
+    x = np.concatenate([rng.uniform(0, 1, 4000) * 10.0 ** rng.integers(-30, 30, 4000), [1e300, -1e300]])
+    compiled = _solver._compensated_prefix(x)
+    np.testing.assert_array_equal(_solver._prefix_sums(x), compiled)
+    np.testing.assert_array_equal(_solver._compensated_prefix.py_func(x), compiled)
