@@ -73,7 +73,8 @@ def check_bounds(bounds, name="bounds", *, integer=False, owner=""):
                 f"{name} of an integer-valued mechanism must be at most 2**52 in magnitude "
                 f"(integers above are not exact in float64), got {public_repr(bounds)}."
             )
-    return float(lo), float(hi)
+    # + 0.0: a declared -0.0 would make clipped outputs -0.0 beside +0.0 ones.
+    return float(lo) + 0.0, float(hi) + 0.0
 
 
 #: Largest label span whose squared error terms (bin costs, variances, risks)
