@@ -304,3 +304,34 @@ def test_a_negative_zero_bound_gives_no_negative_zero_output(name, bounds):
         out = mech.fit_transform(y)
     assert np.any(out == 0)
     assert not np.any((out == 0) & np.signbit(out))
+
+
+def test_gaussian_on_a_tiny_span_with_a_tiny_delta_fits():
+    # The grid's sigma came from a root finder with an absolute tolerance
+    # of 1e-14 of the span: on a span of 1e-290 it raised RuntimeError
+    # ("failed to converge") instead of fitting.
+    from skdp_label import BudgetAccountant
+
+    acc = BudgetAccountant(5.0, 1e-3)
+    mech = Gaussian(1.0, delta=1e-300, bounds=(0.0, 1e-290), accountant=acc, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = mech.fit_transform(np.array([0.0, 1e-290, 5e-291]))
+    assert gaussian_cell_table(mech.sigma_units_) is not None
+    assert np.all((out >= 0.0) & (out <= 1e-290))
+    assert mech.sigma_ == pytest.approx(1e-290 * Gaussian(1.0, delta=1e-300, bounds=(0.0, 1.0)).fit(
+        [0.0]).sigma_, rel=1e-6)
+
+
+def test_the_exactness_check_catches_a_cell_off_by_a_millionth():
+    # Mutation of test_every_value_has_the_discrete_gaussian_probability:
+    # one cell's mass 1 + 1e-6 times too large must be seen.
+    from skdp_label.mechanisms.classic._noise import alias_table
+
+    constants, prob, alias, squeeze = gaussian_cell_table(200.0)
+    masses = alias_table_probabilities(prob, alias)
+    masses[int(constants[3]) + 5] *= 1 + 1e-6
+    broken = (constants, *alias_table(masses), squeeze)
+    z = np.arange(0, int(constants[6]) + 50)
+    log_ratio = _log_weight(broken, z) + (z.astype(np.float64) ** 2) * constants[7]
+    assert np.ptp(log_ratio) > 5e-7

@@ -544,7 +544,9 @@ class Gaussian(BaseAdditiveMechanism):
     _total_cost = _release_cost
 
     def _noise_scale(self, sensitivity):
-        return gaussian_sigma(float(self.epsilon), float(self.delta), sensitivity)
+        # Only sets the grid. sigma is proportional to the sensitivity: solved
+        # at 1 and scaled (the root finder fails on spans like 1e-290).
+        return sensitivity * gaussian_sigma(float(self.epsilon), float(self.delta), 1.0)
 
     def _fit_mechanism(self, y):
         super()._fit_mechanism(y)
