@@ -335,3 +335,66 @@ def test_the_exactness_check_catches_a_cell_off_by_a_millionth():
     z = np.arange(0, int(constants[6]) + 50)
     log_ratio = _log_weight(broken, z) + (z.astype(np.float64) ** 2) * constants[7]
     assert np.ptp(log_ratio) > 5e-7
+
+
+# -- the staircase family's tables at extreme epsilon -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Staircase(0.01, bounds=(0.0, 1.0)),
+        lambda: Staircase(12.0, bounds=(0.0, 1.0)),
+        lambda: Laplace(0.01, bounds=(0.0, 1.0)),
+        lambda: Laplace(20.0, bounds=(0.0, 1.0)),
+        lambda: DiscreteStaircase(1e-3, bounds=(0, 1000)),
+        lambda: DiscreteStaircase(2.0, bounds=(0, 1000)),
+        lambda: DiscreteLaplace(1e-3, bounds=(0, 5)),
+        lambda: DiscreteLaplace(30.0, bounds=(0, 5)),
+    ],
+    ids=["st-0.01", "st-12", "lap-0.01", "lap-20", "dst-1e-3", "dst-2", "dlap-1e-3", "dlap-30"],
+)
+def test_staircase_family_table_is_exact_at_extreme_epsilon(make):
+    from skdp_label.mechanisms.classic._noise import staircase_pmf, staircase_tail
+
+    mech = make().fit([0])
+    out = mech._randomize_column(np.zeros(10_000), np.random.default_rng(0))
+    _assert_valid_outputs(mech, out)
+    lam, width, r = mech._staircase(mech.sensitivity_units_)
+    table = mech._alias_table[1]
+    if table is None:  # the exact sampler everywhere (its own tests)
+        return
+    m0, tail, prob, alias, cell, offsets, steps = table
+    np.testing.assert_allclose(tail, 2 * staircase_tail(np.array([m0]), lam, width, r)[0], rtol=1e-9)
+    implied = alias_table_probabilities(prob, alias) * (1.0 - tail)
+    half = (prob.shape[0] - 1) // 2
+    if steps is not None:  # entries are steps of equal-weight values
+        starts, sizes = steps[:, 0], steps[:, 1]
+        exact = staircase_pmf(starts, lam, width, r) * sizes
+        assert sizes.sum() == 2 * m0 - 1
+    elif cell > 1:  # entries are cells of the discrete Laplace: 0, then L values a cell
+        t = np.arange(-half, half + 1)
+        first = 1 + cell * (np.abs(t) - 1)
+        exact = np.where(
+            t == 0, staircase_pmf(np.zeros(1), lam, 1, 1)[0],
+            staircase_tail(first, lam, 1, 1) - staircase_tail(first + cell, lam, 1, 1),
+        )
+        assert m0 == 1 + cell * half
+    else:  # entries are values -(m0 - 1), ..., m0 - 1
+        exact = staircase_pmf(np.arange(-half, half + 1), lam, width, r)
+        assert half == m0 - 1
+    np.testing.assert_allclose(implied, exact, rtol=1e-9)
+
+
+@pytest.mark.parametrize("n", [99_999, 100_000])
+@pytest.mark.parametrize("bad", [2.5, np.nan, 11.0, -1.0])
+def test_a_non_class_label_is_refused_on_both_sides_of_numpy_below(n, bad):
+    from skdp_label import BudgetAccountant
+
+    y = np.arange(n, dtype=np.float64) % 11
+    y[n // 2] = bad
+    acc = BudgetAccountant(5.0)
+    mech = make_mechanism("rr", epsilon=1.0, classes=np.arange(11), accountant=acc)
+    with pytest.raises(ValueError):
+        mech.fit_transform(y)
+    assert acc.spent_epsilon == 0.0 and acc.ledger == []  # nothing spent
