@@ -398,3 +398,55 @@ def test_a_non_class_label_is_refused_on_both_sides_of_numpy_below(n, bad):
     with pytest.raises(ValueError):
         mech.fit_transform(y)
     assert acc.spent_epsilon == 0.0 and acc.ledger == []  # nothing spent
+
+
+def test_envelope_tables_are_exact_or_absent_over_sigma():
+    # Every sigma from a third of a unit to 2**21 units: either no table
+    # (the exact sampler) or a table whose values all have the right
+    # probability (the bound is checked when the table is built).
+    built = 0
+    for sigma in np.geomspace(0.3, 2.0**21, 40):
+        table = gaussian_cell_table(sigma)
+        if table is None:
+            assert sigma < 3.0  # the mechanism's sigmas (~2**20 units) always get one
+            continue
+        built += 1
+        c = table[0]
+        big_l, m0 = int(c[4]), int(c[6])
+        starts = 1 + big_l * np.arange(int(c[3]))
+        z = np.unique(np.concatenate([[0, m0 - 1, m0, m0 + 7], starts, starts + big_l - 1]))
+        log_ratio = _log_weight(table, z) + (z.astype(np.float64) ** 2) * c[7]
+        assert np.ptp(log_ratio) < 2e-9
+    assert built >= 35
+
+
+@pytest.mark.parametrize("name", ["gaussian", "laplace", "staircase", "discrete-laplace"])
+def test_negative_zero_labels_give_no_negative_zero_output(name):
+    y = np.full(20_000, -0.0)
+    mech = make_mechanism(name, epsilon=3.0, bounds=(0, 1), clip=False)
+    out = mech.fit(y[:1])._randomize_column(y, np.random.default_rng(1))
+    assert not np.any((out == 0) & np.signbit(out))
+    # Zero noise is rare on the continuous grids: the kernels on coarse
+    # noise (the envelope with one value a cell, and the exact sampler).
+    rng = np.random.default_rng(2)
+    for out in (
+        S.gaussian_additive(y, rng, 1.0, gaussian_cell_table(3.7), False, 0.0, 0.0),
+        S.gaussian_additive(y, rng, 1.0, gaussian_cell_table(40.0, 8, 2.0), False, 0.0, 0.0),
+        S.discrete_gaussian(rng, y.shape[0], 0.8, S.staircase_constants(1.0, 1, 1)) + y,  # t = 1
+    ):
+        assert np.mean(out == 0) > 0.005
+        assert not np.any((out == 0) & np.signbit(out))
+
+
+def test_staircase_cached_tables_are_public():
+    tables = []
+    for y in (np.zeros(20_000), np.linspace(0.0, 1.0, 20_000)):
+        mech = Staircase(0.5, bounds=(0.0, 1.0), random_state=0).fit(y[:5])
+        mech._randomize_column(y, np.random.default_rng(0))
+        mech = pickle.loads(pickle.dumps(mech))
+        assert_no_random_state(mech)
+        tables.append(mech._alias_table)
+    (k1, t1), (k2, t2) = tables
+    assert k1 == k2
+    for a, b in zip(t1, t2):
+        assert (a is None and b is None) or np.asarray(a).tobytes() == np.asarray(b).tobytes()
