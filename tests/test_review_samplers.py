@@ -450,3 +450,40 @@ def test_staircase_cached_tables_are_public():
     assert k1 == k2
     for a, b in zip(t1, t2):
         assert (a is None and b is None) or np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+# -- KeyedRows (a StructRef) reads numpy's Philox streams -----------------------------------------
+
+
+def _numpy_row_stream(k0, k1, stage, lo, hi, n):
+    bits = np.random.Philox(
+        key=np.array([k0, k1], dtype=np.uint64),
+        counter=np.array([0, lo, stage, hi], dtype=np.uint64),
+    )
+    return (bits.random_raw(n) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def test_keyed_rows_read_numpy_philox_streams_row_by_row_and_stage_by_stage():
+    k0, k1 = 0x9E3779B97F4A7C15, 0xD1B54A32D192ED03
+    lo = np.array([3, 2**64 - 1, 0, 77], dtype=np.uint64)
+    hi = np.array([5, 1, 2**63, 0], dtype=np.uint64)
+    rows = KeyedRows(np.uint64(k0), np.uint64(k1), np.uint64(9), lo, hi)
+    for stage in (9, 10):  # a second pass over the rows reads the next stage
+        for i in range(4):
+            rows.begin_row(i)
+            got = [rows.random() for _ in range(6)]  # across a 4-word block
+            np.testing.assert_array_equal(got, _numpy_row_stream(k0, k1, stage, lo[i], hi[i], 6))
+    first = KeyedRows(np.uint64(k0), np.uint64(k1), np.uint64(0), lo, hi).random_rows(4)
+    expected = [_numpy_row_stream(k0, k1, 0, lo[i], hi[i], 1)[0] for i in range(4)]
+    np.testing.assert_array_equal(first, expected)
+
+
+def test_gaussian_cell_table_follows_a_refit():
+    mech = Gaussian(1.0, bounds=(0.0, 1.0)).fit([0.0])
+    mech._randomize_column(np.zeros(3), np.random.default_rng(0))
+    old = mech._cell_table
+    mech.set_params(epsilon=4.0).fit([0.0])
+    mech._randomize_column(np.zeros(3), np.random.default_rng(0))
+    assert mech._cell_table[0] == mech.sigma_units_ != old[0]
+    for a, b in zip(mech._cell_table[1], gaussian_cell_table(mech.sigma_units_)):
+        assert a.tobytes() == b.tobytes()
