@@ -487,3 +487,45 @@ def test_gaussian_cell_table_follows_a_refit():
     assert mech._cell_table[0] == mech.sigma_units_ != old[0]
     for a, b in zip(mech._cell_table[1], gaussian_cell_table(mech.sigma_units_)):
         assert a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("lam,width,r", [(0.7, 40, 1), (0.7, 40, 40), (0.05, 7, 6), (3.0, 2, 1)])
+def test_step_tables_tile_and_are_exact_at_the_extreme_step_lengths(lam, width, r):
+    from skdp_label.mechanisms.classic._noise import (
+        staircase_cell_table, staircase_pmf, staircase_tail,
+    )
+
+    # r = 1 puts single values in their own steps: where one is too small
+    # for the 1e-9 bound the table is refused (the exact sampler instead);
+    # then check the looser table at its own bound.
+    rtol = 1e-9
+    table = staircase_cell_table(lam, width, r)
+    if table is None:
+        rtol = 1e-7
+        table = staircase_cell_table(lam, width, r, rtol=rtol)
+    assert table is not None
+    m0, tail, prob, alias, starts, sizes = table
+    assert np.all(sizes > 0)
+    order = np.argsort(starts)
+    assert starts[order][0] == -(m0 - 1) and (starts + sizes)[order][-1] == m0
+    np.testing.assert_array_equal(starts[order][1:], (starts + sizes)[order][:-1])
+    lo_w = staircase_pmf(starts, lam, width, r)
+    np.testing.assert_array_equal(lo_w, staircase_pmf(starts + sizes - 1, lam, width, r))
+    implied = alias_table_probabilities(prob, alias) * (1.0 - tail)
+    np.testing.assert_allclose(implied, lo_w * sizes, rtol=rtol)
+    np.testing.assert_allclose(tail, 2 * staircase_tail(np.array([m0]), lam, width, r)[0], rtol=rtol)
+    # The kernel reaches both ends of the bulk and m0 (a fat tail: few blocks).
+    small = staircase_cell_table(lam, width, r, min_probability=0.02)
+    if small is not None:
+        m0, tail, prob, alias, starts, sizes = small
+        z = S.staircase_additive_bulk(
+            np.zeros(200_000), np.random.default_rng(3), 1.0, S.staircase_constants(lam, width, r),
+            S.bulk_constants(m0, tail, prob.shape[0]), prob, alias, False, 0.0, 0.0,
+            steps=S.step_records(starts, sizes),
+        )
+        support = np.arange(-(m0 + 3 * width), m0 + 3 * width + 1)
+        p = staircase_pmf(support, lam, width, r)
+        for v in (0, m0 - 1, -(m0 - 1), m0, -m0):
+            expected = p[support == v][0] * 200_000
+            if expected > 50:
+                assert np.sum(z == v) > expected / 3
