@@ -64,7 +64,9 @@ STAIRCASE_FAMILY = [
 ]
 
 
-@pytest.mark.parametrize("make", STAIRCASE_FAMILY, ids=["laplace", "staircase", "dlaplace", "dstaircase"])
+@pytest.mark.parametrize(
+    "make", STAIRCASE_FAMILY, ids=["laplace", "staircase", "dlaplace", "dstaircase"]
+)
 def test_keyed_staircase_row_does_not_depend_on_its_batch_size(key, make):
     n = 10_000  # the bulk table's threshold for a Generator
     y = np.rint(np.linspace(0.0, 1000.0, n)) / (1000.0 if make()._integer is False else 1.0)
@@ -82,7 +84,8 @@ def test_keyed_staircase_row_does_not_depend_on_its_batch_size(key, make):
 def test_keyed_gaussian_row_does_not_depend_on_its_batch_size(key):
     y = np.linspace(0.0, 1.0, 3000)
     ids = np.arange(3000)
-    big, release = privatize(y, Gaussian(1.0, bounds=(0.0, 1.0), clip=False), key, "g", row_keys=ids)
+    mech = Gaussian(1.0, bounds=(0.0, 1.0), clip=False)
+    big, release = privatize(y, mech, key, "g", row_keys=ids)
     np.testing.assert_array_equal(release.randomize(y[7:8], ids[7:8]), big[7:8])
     other, _ = privatize(y, Gaussian(1.0, bounds=(0.0, 1.0), clip=False), key, "g2", row_keys=ids)
     assert not np.any(other == big)  # continuous-like noise: no shared value
@@ -142,7 +145,8 @@ def test_small_table_draws_every_value_at_its_rate():
     sigma = 12.0
     table = gaussian_cell_table(sigma, 3, 1.0)  # L = 4 values a cell, tail from m0 = 17
     assert table[0][4] == 4.0 and table[0][6] == 17.0
-    draws = S.gaussian_additive(np.zeros(300_000), np.random.default_rng(11), 1.0, table, False, 0, 0)
+    rng = np.random.default_rng(11)
+    draws = S.gaussian_additive(np.zeros(300_000), rng, 1.0, table, False, 0.0, 0.0)
     z = np.arange(-100, 101)
     p = np.exp(-(z * z) / (2 * sigma * sigma))
     p /= p.sum()
@@ -281,7 +285,8 @@ def test_interpreted_prefix_sums_match_the_compiled_ones():
     from skdp_label.mechanisms.bins import _solver
 
     rng = np.random.default_rng(4)
-    x = np.concatenate([rng.uniform(0, 1, 4000) * 10.0 ** rng.integers(-30, 30, 4000), [1e300, -1e300]])
+    x = rng.uniform(0, 1, 4000) * 10.0 ** rng.integers(-30, 30, 4000)
+    x = np.concatenate([x, [1e300, -1e300]])
     compiled = _solver._compensated_prefix(x)
     np.testing.assert_array_equal(_solver._prefix_sums(x), compiled)
     np.testing.assert_array_equal(_solver._compensated_prefix.py_func(x), compiled)
@@ -291,7 +296,8 @@ def test_interpreted_prefix_sums_match_the_compiled_ones():
 
 
 @pytest.mark.parametrize(
-    "name", ["gaussian", "laplace", "staircase", "discrete-laplace", "discrete-staircase", "exponential"]
+    "name",
+    ["gaussian", "laplace", "staircase", "discrete-laplace", "discrete-staircase", "exponential"],
 )
 @pytest.mark.parametrize("bounds", [(-0.0, 10.0), (-10.0, -0.0)])
 def test_a_negative_zero_bound_gives_no_negative_zero_output(name, bounds):
@@ -365,7 +371,8 @@ def test_staircase_family_table_is_exact_at_extreme_epsilon(make):
     if table is None:  # the exact sampler everywhere (its own tests)
         return
     m0, tail, prob, alias, cell, offsets, steps = table
-    np.testing.assert_allclose(tail, 2 * staircase_tail(np.array([m0]), lam, width, r)[0], rtol=1e-9)
+    exact_tail = 2 * staircase_tail(np.array([m0]), lam, width, r)[0]
+    np.testing.assert_allclose(tail, exact_tail, rtol=1e-9)
     implied = alias_table_probabilities(prob, alias) * (1.0 - tail)
     half = (prob.shape[0] - 1) // 2
     if steps is not None:  # entries are steps of equal-weight values
@@ -513,7 +520,8 @@ def test_step_tables_tile_and_are_exact_at_the_extreme_step_lengths(lam, width, 
     np.testing.assert_array_equal(lo_w, staircase_pmf(starts + sizes - 1, lam, width, r))
     implied = alias_table_probabilities(prob, alias) * (1.0 - tail)
     np.testing.assert_allclose(implied, lo_w * sizes, rtol=rtol)
-    np.testing.assert_allclose(tail, 2 * staircase_tail(np.array([m0]), lam, width, r)[0], rtol=rtol)
+    exact_tail = 2 * staircase_tail(np.array([m0]), lam, width, r)[0]
+    np.testing.assert_allclose(tail, exact_tail, rtol=rtol)
     # The kernel reaches both ends of the bulk and m0 (a fat tail: few blocks).
     small = staircase_cell_table(lam, width, r, min_probability=0.02)
     if small is not None:
