@@ -257,3 +257,38 @@ def test_constant_only_classifier_report_then_refit_names_the_mechanism():
     clf.set_params(epsilon=5.0, accountant=None).fit(X, y)  # now labels are randomized
     assert clf.plan_.get("k") != 1
     assert clf.privacy_report().mechanism != "class histogram: constant model"
+
+
+# -- the CLI: --param mean_epsilon=... ----------------------------------------------------------
+def test_cli_releases_the_mean_like_memory_and_leaks_no_exact_sum(tmp_path, capsys):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from skdp_label.__main__ import main
+    from skdp_label.release import load_key
+
+    y = np.round(_labels(n=900, seed=9), 3)
+    pq.write_table(pa.table({"value": y}), tmp_path / "in.parquet", row_group_size=250)
+    assert main(["keygen", str(tmp_path / "label.key")]) == 0
+
+    def run(mean, out):
+        return main(["privatize", str(tmp_path / "in.parquet"), "--label", "value",
+                     "--mechanism", "auto", "--epsilon", "0.5", "--bounds", "0", "10",
+                     "--param", f"mean_epsilon={mean}", "--key-file", str(tmp_path / "label.key"),
+                     "--release-id", out, "--output", str(tmp_path / out),
+                     "--ledger", str(tmp_path / "budget.jsonl"), "--budget", "10",
+                     "--batch-size", "200"])
+
+    assert run(-0.5, "neg.parquet") != 0  # refused before any charge
+    assert BudgetAccountant(10, ledger=tmp_path / "budget.jsonl").ledger == []
+    assert not (tmp_path / "neg.parquet").exists()
+    assert run("auto", "out.parquet") == 0
+    manifest = json.loads((tmp_path / "out.parquet.manifest.json").read_text())
+    _, memory = privatize(y, _auto(), load_key(tmp_path / "label.key"), "out.parquet")
+    assert manifest["noisy_mean"]["value"] == memory.noisy_mean_
+    assert manifest["epsilon_split"] == memory.epsilon_split_
+    exact = KeyedRelease(_auto(), load_key(tmp_path / "label.key"), "out.parquet").batch_sum(
+        y, np.arange(y.size))
+    logs = capsys.readouterr()
+    text = json.dumps(manifest) + logs.out + logs.err + (tmp_path / "budget.jsonl").read_text()
+    assert str(exact) not in text and repr(y.mean()) not in text
