@@ -49,7 +49,7 @@ import math
 import os
 import secrets
 import stat
-from numbers import Real
+from numbers import Integral, Real
 from typing import Any
 
 import numba
@@ -62,6 +62,7 @@ from ._accountant import BudgetAccountant
 from ._kernels._philox import KeyedRows, philox4x64
 from .mechanisms._base import BaseDiscreteMechanism, BaseLabelMechanism
 from .mechanisms._prior import (
+    MEAN_UNITS,
     BasePriorMechanism,
     nearest_domain_index,
     noisy_histogram_from_counts,
@@ -295,6 +296,10 @@ class KeyedRelease:
             raise ValueError("release_id must be a non-empty string.")
         if accountant is not None and not isinstance(accountant, BudgetAccountant):
             raise ValueError("accountant must be a BudgetAccountant or None.")
+        self.mechanism = clone(mechanism).set_params(accountant=None, random_state=None)
+        # The mechanism's own constraints (epsilon, prior_epsilon, mean_epsilon...): its
+        # fit only ever sees the labels' share, so they would not be checked otherwise.
+        self.mechanism._validate_params()
         if _wants_mean(mechanism) and not (
                 isinstance(mechanism, BasePriorMechanism) and mechanism.prior is None):
             raise ValueError(
@@ -302,7 +307,6 @@ class KeyedRelease:
                 "in the pass that counts the private prior; with a public prior use "
                 "mean_epsilon=None."
             )
-        self.mechanism = clone(mechanism).set_params(accountant=None, random_state=None)
         self.release_id = release_id
         self.accountant = accountant
         self._key = key
@@ -396,14 +400,19 @@ class KeyedRelease:
         counts = np.asarray(counts, dtype=np.int64)
         if counts.shape != (self._count_values().size,) or np.any(counts < 0):
             raise ValueError("counts must be non-negative, one per domain value.")
-        if self.needs_sum and label_sum is None:
-            raise ValueError(
-                f"{type(self.mechanism).__name__} releases a noisy mean: pass the batch_sum of "
-                "the same rows."
-            )
+        n_labels = int(n_labels)
+        if self.needs_sum:
+            # Checked before anything is added: a half-merged batch, merged again on
+            # retry, would count its rows twice (twice the histogram's sensitivity).
+            if not (isinstance(label_sum, (Integral, np.integer))
+                    and 0 <= label_sum <= MEAN_UNITS * n_labels):
+                raise ValueError(
+                    f"{type(self.mechanism).__name__} releases a noisy mean: pass the batch_sum "
+                    f"of the same rows (an integer in [0, {MEAN_UNITS} * n_labels])."
+                )
         self._counts = counts if self._counts is None else self._counts + counts
         self._label_sum += int(label_sum) if self.needs_sum else 0
-        self._n_counted += int(n_labels)
+        self._n_counted += n_labels
 
     def _count_values(self):
         """Public values pass 1 counts labels on: the domain, or for a grid
@@ -441,9 +450,10 @@ class KeyedRelease:
         return _row_keys(self._key, row_keys, n)
 
     # -- the charge and the mechanism ---------------------------------------------------
-    def _fingerprint(self, n_rows):
-        public = json.dumps(_jsonable(_public_params(self.mechanism)), sort_keys=True, default=repr)
-        text = f"{type(self.mechanism).__name__}|{public}|{n_rows}"
+    def _fingerprint(self, n_rows, mechanism=None):
+        mechanism = self.mechanism if mechanism is None else mechanism
+        public = json.dumps(_jsonable(_public_params(mechanism)), sort_keys=True, default=repr)
+        text = f"{type(mechanism).__name__}|{public}|{n_rows}"
         return hashlib.sha256(text.encode()).hexdigest()
 
     def fit(self, n_rows: int) -> None:
@@ -460,7 +470,10 @@ class KeyedRelease:
         n_rows = int(n_rows)
         if n_rows < 1:
             raise ValueError("n_rows must be positive.")
-        mech = self.mechanism
+        # Worked on a copy, kept only once fitted: a fit that fails (a wrong n_rows)
+        # leaves the release as it was, so a retry is the same release.
+        mech = clone(self.mechanism)
+        mech._validate_params()
         # Public parameters a mechanism derives from the row count (e.g. 'auto''s
         # n_eff), fixed here so the release, its fingerprint and manifest carry them.
         mech.set_params(**mech._params_for_rows(n_rows))
@@ -496,7 +509,7 @@ class KeyedRelease:
                 description=f"keyed release {self.release_id}: {type(mech).__name__}" + (
                     f" (noisy label mean: epsilon={split['mean']:.6g})"
                     if split is not None and "mean" in split else ""),
-                release=(self.release_id, self._fingerprint(n_rows)),
+                release=(self.release_id, self._fingerprint(n_rows, mech)),
                 details={"mechanism": type(mech).__name__, "step": "keyed release"},
             )
             self.ledger_entries_ = [
@@ -506,7 +519,7 @@ class KeyedRelease:
         noisy_mean = None
         if split is None:
             # Public inputs only: the dry run already is the mechanism; no second solve.
-            mech = self.mechanism = trial
+            mech = trial
         else:
             noisy = (
                 noisy_histogram_from_counts(self._grid_counts(values), split["prior"],
@@ -528,7 +541,7 @@ class KeyedRelease:
         self.epsilon_ = epsilon
         self.epsilon_split_ = split
         self.n_rows_ = n_rows
-        self.fitted_ = mech
+        self.mechanism = self.fitted_ = mech
         return None
 
     # -- pass 2 --------------------------------------------------------------------

@@ -39,7 +39,7 @@ from ._accountant import BudgetAccountant
 from .estimators._base import BaseLabelDPEstimator
 from .mechanisms._base import BaseLabelMechanism
 from .mechanisms._prior import noisy_histogram, noisy_mean
-from .mechanisms._validation import encode_classes
+from .mechanisms._validation import MIN_EPSILON, encode_classes
 from .plotting import PrivacyUtilityDisplay
 from .utils._random import (
     PrivacyLeakWarning,
@@ -216,8 +216,9 @@ def _check_list(values, name, check):
 
 
 def _check_epsilon(value):
-    if isinstance(value, bool) or not isinstance(value, Real) or not 0 < value < math.inf:
-        raise ValueError(f"epsilons must be positive finite numbers; got {value!r}.")
+    if isinstance(value, bool) or not isinstance(value, Real) or not MIN_EPSILON <= value < math.inf:
+        raise ValueError(
+            f"epsilons must be finite numbers of at least {MIN_EPSILON:g}; got {value!r}.")
     return float(value)
 
 

@@ -242,3 +242,31 @@ def test_bool_budgets_are_refused_before_spending(flag):
             est.fit(np.zeros((3, 1)), [0, 1, 0]) if hasattr(est, "base_estimator") else est.fit(
                 [0.0, 1.0, 0.0])
     assert acc.spent_epsilon == 0
+
+
+@pytest.mark.parametrize("params", [
+    dict(epsilon=1e-20), dict(epsilon=1.0, mean_epsilon=1e-30), dict(epsilon=1.0, prior_epsilon=1e-25),
+])
+def test_budgets_below_the_samplers_floor_are_refused_before_spending(params):
+    # epsilon=1e-20 charged RR-on-Bins' histogram, then hung in its noise sampler.
+    acc = BudgetAccountant()
+    with pytest.raises(ValueError, match="at least 1e-09"):
+        AutoRegression(bounds=(0, 1), accountant=acc, **params).fit(np.linspace(0, 1, 50))
+    assert acc.spent_epsilon == 0
+
+
+def test_noise_rate_below_the_floor_raises_instead_of_hanging():
+    from skdp_label._kernels._sampling import geometric_constants, staircase_noise
+
+    rng = np.random.default_rng(0)
+    assert np.isfinite(staircase_noise(rng, 2.0**-62, 1, 1, size=3)).all()
+    with pytest.raises(ValueError, match="floor"):
+        geometric_constants(2.0**-64)
+
+
+def test_mean_units_overflowing_span_is_refused_before_spending():
+    acc = BudgetAccountant()
+    with pytest.raises(ValueError, match="too narrow"):
+        AutoRegression(epsilon=1.0, mean_epsilon="auto", bounds=(0.0, 1e-305),
+                       accountant=acc).fit(np.zeros(20))
+    assert acc.spent_epsilon == 0

@@ -171,6 +171,9 @@ def geometric_constants(lam):
     """(lam, L, L lam, 1 - e^(-L lam)) for :func:`geometric`."""
     lam = float(lam)
     big_l = 1.0 if lam >= _LAM_MIN else float(math.ceil(_LAM_MIN / lam))
+    if not big_l <= 2.0**52:
+        # uniform_index draws offsets below 2**53 only (it would never return).
+        raise ValueError(f"noise rate {lam:g} is below the exact sampler's floor of 2**-62.")
     lam_l = lam * big_l
     return lam, big_l, lam_l, -math.expm1(-lam_l)
 

@@ -11,6 +11,7 @@ from ..utils._repr import format_number, public_repr
 
 __all__ = [
     "EpsilonInterval",
+    "MIN_EPSILON",
     "check_bounds",
     "check_labels_in_bounds",
     "check_squared_span",
@@ -21,18 +22,28 @@ __all__ = [
     "encode_classes",
 ]
 
+#: Smallest positive budget (epsilon, prior_epsilon, mean_epsilon) accepted: far below
+#: any useful one, and far above the rates the exact noise samplers represent (a share of
+#: it, over 2**16 mean units, stays above their floor of 2**-63 per unit).
+MIN_EPSILON = 1e-9
+
+
 class EpsilonInterval(Interval):
     """``_parameter_constraints`` entry of a privacy budget: a real number in the
-    interval, never a bool (``epsilon=True`` is a slip, not a budget of 1)."""
+    interval, never a bool (``epsilon=True`` is a slip, not a budget of 1), and,
+    unless 0, at least :data:`MIN_EPSILON` (``1e-30`` would hang a noise
+    sampler after the charge)."""
 
     def __init__(self, closed="neither"):
         super().__init__(Real, 0, None, closed=closed)
 
     def is_satisfied_by(self, val):
-        return not isinstance(val, bool) and super().is_satisfied_by(val)
+        return (not isinstance(val, bool) and super().is_satisfied_by(val)
+                and (val == 0 or val >= MIN_EPSILON))
 
     def __str__(self):
-        return f"a real number (not a bool) in {super().__str__()[len('a float in '):]}"
+        zero = "0 or " if self.closed == "left" else ""
+        return f"{zero}a real number (not a bool) of at least {MIN_EPSILON:g}"
 
 
 # Integer labels and bounds stay exact in float64 up to 2**53; at most 2**52

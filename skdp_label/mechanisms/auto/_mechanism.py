@@ -13,7 +13,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..._accountant import BudgetAccountant
 from .._base import BaseLabelMechanism
-from .._prior import BasePriorMechanism, noisy_mean, resolve_domain
+from .._prior import MEAN_UNITS, BasePriorMechanism, noisy_mean, resolve_domain
 from .._registry import register_mechanism
 from .._validation import EpsilonInterval, check_bounds, check_squared_span
 from ..bins import RROnBins
@@ -325,7 +325,15 @@ class AutoRegression(BasePriorMechanism):
         if self.bounds is not None:
             # Variances on the range (risks, bin costs, the mean's) must be finite:
             # found past the charges otherwise (a NaN bin cost, an overflow).
-            check_squared_span(*check_bounds(self.bounds, owner="AutoRegression"), "AutoRegression")
+            lo, hi = check_bounds(self.bounds, owner="AutoRegression")
+            check_squared_span(lo, hi, "AutoRegression")
+            if self.mean_epsilon not in (None, 0) and 0 < hi - lo and not math.isfinite(
+                    MEAN_UNITS / (hi - lo)):
+                # The mean's units per label would overflow: a sum of inf/NaN, after its charge.
+                raise ValueError(
+                    f"AutoRegression: the label range ({lo:g}, {hi:g}) is too narrow for the "
+                    "noisy mean's integer units; rescale the labels or use mean_epsilon=None."
+                )
 
     def _params_for_rows(self, n_rows):
         # A keyed release fits on a placeholder: n_eff's default needs the row
