@@ -73,6 +73,9 @@ def _pass1(y, ids, offset, mechanism, key_file, release_id):
     y = np.asarray(y)
     release, key = _partition_release(mechanism, key_file, release_id)
     label_sum = None
+    if y.shape[0] == 0:  # an empty partition (e.g. after a filter) adds nothing
+        counts = np.zeros(release._count_values().size, np.int64) if release.needs_counts else None
+        return counts, 0 if release.needs_sum else None, 0, _sorted_range(ids)
     if release.needs_counts:
         keys = _row_keys(key, y.shape[0], ids, offset)
         counts = release.batch_counts(y, keys)
@@ -102,6 +105,8 @@ def _randomize(y, ids, offset, fitted, key_file, release_id, dtype):
     key = load_key(key_file)
     release = KeyedRelease.for_workers(fitted, key, release_id)
     y = np.asarray(y)
+    if y.shape[0] == 0:
+        return np.empty(0, dtype=dtype)
     noisy = release.randomize(y, _row_keys(key, y.shape[0], ids, offset))
     return np.asarray(noisy).astype(dtype, copy=False)
 

@@ -153,6 +153,27 @@ def test_errors_before_the_charge(client, frame, key_file, tmp_path):
     assert acc.ledger == []
 
 
+def test_empty_partitions_add_nothing(frame, key_file):
+    # A filter leaves partitions empty: pass 1 and pass 2 skip them (the default
+    # scheduler: no worker compiles anything new). Failed with "0 sample(s)".
+    key = load_key(key_file)
+    ddf = dd.from_pandas(frame, npartitions=5)
+    kept = ddf.map_partitions(lambda p: p[p.index >= N // 5])  # the first partition is empty
+    rest = frame.iloc[N // 5:]
+    for name in ("rr-on-bins", "laplace"):
+        by_id, _ = privatize(rest["v"].to_numpy(), _mech(name), key, "e",
+                             row_keys=id_row_keys(key, rest["uid"].to_numpy()))
+        noisy, release = dask_privatize(kept, _mech(name), key_file=key_file, release_id="e",
+                                        label="v", id="uid")
+        np.testing.assert_array_equal(noisy.compute().to_numpy(), by_id)
+        assert release.n_rows_ == N - N // 5
+    y = frame["v"].to_numpy()
+    by_position, _ = privatize(y, _mech(), key, "e")
+    noisy, _ = dask_privatize(da.from_array(y, chunks=((2000, 0, N - 2000),)), _mech(),
+                              key_file=key_file, release_id="e")
+    np.testing.assert_array_equal(noisy.compute(), by_position)
+
+
 def test_sorted_ids_skip_the_shuffle_only_when_unique_across_partitions():
     from skdp_label.dask import _ids_sorted_and_unique, _sorted_range
 
