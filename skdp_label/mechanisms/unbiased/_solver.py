@@ -951,6 +951,81 @@ def _min_norm_repair_dense(a, y, t, s):
     return v_fix / c, sv_fix / c
 
 
+def _feasibility_residual(cover, e, y, t, s):
+    """Largest violation of rows summing to 1 and means equal to ``y`` by the
+    rays ``t_j (1 + e 1_{S_j})`` with first moments ``s``."""
+    rp = _RayProducts(cover, e)
+    return max(float(np.abs(1.0 - rp.dot(t)).max()), float(np.abs(y - rp.dot(s)).max()))
+
+
+def _singleton_moments(y, p, e):
+    """``(alpha, beta, gamma)`` of the singleton rays ``1 + e 1_{i}``."""
+    return 1.0 + e * p, float(p @ y) + e * p * y, float(p @ (y * y)) + e * p * y * y
+
+
+def _mix_with_rr(y, p, e, cover, t, s):
+    """Exactly feasible rays from approximately feasible ones ``(t, s)``.
+
+    The singleton rays ``1 + e 1_{i}`` form the invertible matrix
+    ``B = e I + 1 1^T`` (``B^{-1} x = (x - sum x / (e + k)) / e``), so any
+    residual of the rows and means is absorbed exactly by singleton rays:
+    ``(1 - lam) (t, s)`` on the given rays plus ``lam`` times debiased
+    randomized response (weights ``1 / (e + k)`` at ``Phi(y)``, exactly
+    unbiased for any prior) plus ``(1 - lam) B^{-1}`` of the residuals.
+    Every column stays an exact staircase ray; ``lam`` (from a log grid) is
+    the one of least loss among those leaving every singleton weight
+    positive (``lam = 1``, debiased randomized response, always does).
+    Returns ``(cover, t, z)`` with the singletons appended.
+    """
+    k = y.size
+    rp = _RayProducts(cover, e)
+    rho, eta = 1.0 - rp.dot(t), y - rp.dot(s)
+
+    def b_inv(x):
+        return (x - x.sum() / (e + k)) / e
+
+    tc, sc = b_inv(rho), b_inv(eta)
+    rr_t = 1.0 / (e + k)
+    rr_s = debiased_rr_outputs(y, math.log1p(e)) * rr_t
+    alpha, beta, gamma = rp.tdot(p), rp.tdot(p * y), rp.tdot(p * y * y)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cand_loss = float(np.sum(alpha * s * s / t - 2.0 * beta * s + gamma * t))
+    al1, be1, ga1 = _singleton_moments(y, p, e)
+    best = None
+    for lam in np.append(np.logspace(-15, -0.05, 60), 1.0):
+        st = lam * rr_t + (1.0 - lam) * tc
+        if not np.all(st > 1e-3 * lam * rr_t):
+            continue
+        ss = lam * rr_s + (1.0 - lam) * sc
+        loss = (1.0 - lam) * cand_loss + float(np.sum(al1 * ss * ss / st - 2.0 * be1 * ss + ga1 * st))
+        if np.isfinite(loss) and (best is None or loss < best[0]):
+            best = (loss, lam, st, ss)
+    _, lam, st, ss = best
+    keep = np.ones(t.size, dtype=bool) if lam < 1.0 else np.zeros(t.size, dtype=bool)
+    t_all = np.concatenate([(1.0 - lam) * t[keep], st])
+    z_all = np.concatenate([s[keep] / t[keep], ss / st])
+    return np.column_stack([cover[:, keep], np.eye(k, dtype=bool)]), t_all, z_all
+
+
+def _exact_rays(y, p, e, cover, t, z):
+    """Rays ``(cover, t, z)`` corrected so that rows sum to 1 and means equal
+    ``y`` to rounding error: the minimum-norm correction of ``(t, s = t z)``
+    when it keeps every weight positive and closes the residual, otherwise
+    :func:`_mix_with_rr` (the support may be too small to be unbiased, e.g.
+    an LP vertex whose tiny weights were cut at epsilon >~ 15)."""
+    s = t * z
+    t_fix, s_fix = _min_norm_repair(cover, e, y, t, s)
+    scale = 1.0 + float(np.abs(y).max())
+    if np.all(t_fix > 0):
+        t, s = t_fix, s_fix
+        if _feasibility_residual(cover, e, y, t, s) <= 1e-13 * scale:
+            return cover, t, s / t
+    elif not np.all(t > 0):
+        pos = t > 0
+        cover, t, s = cover[:, pos], t[pos], s[pos]
+    return _mix_with_rr(y, p, e, cover, t, s)
+
+
 def _fixed_output_lp(y, p, e, cover, z, *, duals=False):
     """Best weights of the given rays with their outputs held at ``z``.
 
@@ -1267,9 +1342,7 @@ def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-
     lower = bound
     # Exact rebuild: columns are the staircase rays t_j a_j; a minimum-norm
     # correction of (t, s = t z) removes the last rounding residuals.
-    t_fix, s_fix = _min_norm_repair(cover, e, yn, t, t * z)
-    if np.all(t_fix > 0):
-        t, z = t_fix, s_fix / t_fix
+    cover, t, z = _exact_rays(yn, p, e, cover, t, z)
     order = np.argsort(z)
     z, t, cover = z[order], t[order], cover[:, order]
     # Column j is t_j a_j = t_j (1 + e 1_S): (1 + e) t_j on S, t_j elsewhere
