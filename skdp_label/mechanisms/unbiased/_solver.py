@@ -1218,7 +1218,10 @@ def _fallback_rays(y, p, e, state, best, bound, slack, gap_tol):
     )
     if found is not None:
         bound = found[4]
-        if best is None or found[0] < best[0]:
+        # By loss: the gaps may be relative to different bounds, and with a
+        # negative bound a larger loss has the smaller relative gap.
+        if best is None or (_ray_loss(y, p, e, found[3], found[1], found[2])
+                            < _ray_loss(y, p, e, best[3], best[1], best[2])):
             best = found[:4]
     if best is None:
         # Debiased randomized response itself: singleton rays of weight
@@ -1243,47 +1246,10 @@ def _polish_positive(y, p, e, cover, t, u, w):
     return None
 
 
-def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-9):
-    """Minimum-variance unbiased epsilon-DP randomizer, continuous outputs.
-
-    Parameters
-    ----------
-    values : ndarray of shape (k,)
-        Sorted distinct input labels.
-    prior : ndarray of shape (k,)
-        Prior probabilities (non-negative, summing to 1).
-    epsilon : float
-    tol : float
-        Relative duality gap at which the interior-point path first stops;
-        the optimal patterns are then read off and polished by Newton's
-        method.
-    gap_tol : float
-        Accepted relative gap between the loss and the certified lower
-        bound; otherwise the path is followed further (three rounds at
-        most). A gap up to 1e-6 is accepted (degenerate problems with
-        ties); beyond that the LP fallback of the module docstring gives
-        an exact mechanism, never worse than debiased randomized response,
-        and ``lower_bound`` stays valid but is not tight.
-
-    Returns
-    -------
-    outputs : ndarray of shape (m,)
-        Sorted output values (m <= about 2k).
-    matrix : ndarray of shape (k, m)
-        Transition matrix; each column an exact staircase ray.
-    lower_bound : float
-        Certified lower bound on the loss of every epsilon-DP unbiased
-        randomizer for this prior (any outputs).
-    """
-    y = np.asarray(values, dtype=np.float64)
-    p = np.asarray(prior, dtype=np.float64)
-    k = y.size
-    if k == 1:
-        return y.copy(), np.ones((1, 1)), 0.0
-    e = math.expm1(epsilon)
-    center = 0.5 * (y[0] + y[-1])
-    half = 0.5 * (y[-1] - y[0])
-    yn = (y - center) / half
+def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True):
+    """Core of :func:`optimal_unbiased_continuous` on labels in ``[-1, 1]``:
+    ``(best, bound)`` with ``best = (relative gap, t, z, cover)``."""
+    tol_start = tol
     # Rounding floor of the certificate: reduced costs are sums of terms
     # up to e^eps times the (normalised) squared range.
     slack = 1e-14 * (1.0 + e)
@@ -1338,6 +1304,112 @@ def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-
         # (which makes it feasible), at a fraction of the solver's time. The
         # bound reported stays a valid one, only not a tight one.
         best, bound = _fallback_rays(yn, p, e, state, best, bound, slack, gap_tol)
+    if merge and best[0] > 1e-6:
+        loss_now = _ray_loss(yn, p, e, best[3], best[1], best[2])
+        groups = yn.size
+        for merge_tol in _MERGE_TOLS:
+            n_groups = int(np.sum(np.diff(yn) > merge_tol)) + 1
+            if n_groups in (groups, 1):
+                continue
+            groups = n_groups
+            merged = _merged_labels_solution(yn, p, e, merge_tol, tol=tol_start, gap_tol=gap_tol)
+            if merged is None:
+                continue
+            m_t, m_z, m_cover, m_bound = merged
+            bound = max(bound, m_bound)
+            loss_m = _ray_loss(yn, p, e, m_cover, m_t, m_z)
+            if loss_m < loss_now:
+                best, loss_now = (None, m_t, m_z, m_cover), loss_m
+        best = ((loss_now - bound - slack) / loss_now,) + best[1:]
+    return best, bound
+
+
+# When the direct solve does not certify, labels closer than each of these
+# (in units of the half range) are merged in turn (:func:`_merged_labels_solution`)
+# and the solution of least loss is kept: clustered priors (labels 1e-10 to
+# 1e-6 apart) stall the interior point, and their loss with merged clusters
+# was measured within 0.4 % of the best found, 300x below the stalled one.
+_MERGE_TOLS = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4)
+
+
+def _merged_labels_solution(yn, p, e, merge_tol, *, tol, gap_tol):
+    """Solution with labels a hair apart merged, lifted back exactly.
+
+    Near-tied labels (relative 1e-10 apart in clustered priors) make the
+    optimality conditions singular and the interior point stalls far from
+    the optimum. Merged (mass summed, label the mean under the prior), the
+    problem is well posed; each merged row is copied to its labels, which
+    leaves a bias below ``merge_tol``, absorbed exactly by
+    :func:`_exact_rays` (tiny weight moved to debiased RR's rays). The
+    merged duals, split over each group in proportion to the masses, are
+    valid duals of the original problem (any duals certify). Returns
+    ``(t, z, cover, bound)`` or None when no labels are that close.
+    """
+    k = yn.size
+    starts = np.concatenate([[0], np.nonzero(np.diff(yn) > merge_tol)[0] + 1])
+    if starts.size == k or starts.size < 2:
+        return None
+    group = np.repeat(np.arange(starts.size), np.diff(np.append(starts, k)))
+    mass = np.add.reduceat(p, starts)
+    size = np.diff(np.append(starts, k))
+    ym = np.where(mass > 0, np.add.reduceat(p * yn, starts) / np.where(mass > 0, mass, 1.0),
+                  np.add.reduceat(yn, starts) / size)
+    (_, t, z, cover), _ = _solve_normalized(ym, mass, e, tol=tol, gap_tol=gap_tol, merge=False)
+    bound = -np.inf
+    out = _fixed_output_lp(ym, mass, e, cover, z, duals=True)
+    if out is not None:
+        support, t_lp, _, u, w = out
+        polished = _polish_positive(ym, mass, e, cover[:, support], t_lp, u, w)
+        for uu, ww in [(u, w)] + ([polished[1][2:]] if polished is not None else []):
+            share = np.where(mass[group] > 0, p / np.where(mass > 0, mass, 1.0)[group],
+                             1.0 / size[group])
+            bound = max(bound, staircase_lower_bound(yn, p, e, uu[group] * share, ww[group] * share))
+    cover, t, z = _exact_rays(yn, p, e, cover[group], t, z)
+    return t, z, cover, bound
+
+
+def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-9):
+    """Minimum-variance unbiased epsilon-DP randomizer, continuous outputs.
+
+    Parameters
+    ----------
+    values : ndarray of shape (k,)
+        Sorted distinct input labels.
+    prior : ndarray of shape (k,)
+        Prior probabilities (non-negative, summing to 1).
+    epsilon : float
+    tol : float
+        Relative duality gap at which the interior-point path first stops;
+        the optimal patterns are then read off and polished by Newton's
+        method.
+    gap_tol : float
+        Accepted relative gap between the loss and the certified lower
+        bound; otherwise the path is followed further (three rounds at
+        most). A gap up to 1e-6 is accepted (degenerate problems with
+        ties); beyond that the LP fallback of the module docstring gives
+        an exact mechanism, never worse than debiased randomized response,
+        and ``lower_bound`` stays valid but is not tight.
+
+    Returns
+    -------
+    outputs : ndarray of shape (m,)
+        Sorted output values (m <= about 2k).
+    matrix : ndarray of shape (k, m)
+        Transition matrix; each column an exact staircase ray.
+    lower_bound : float
+        Certified lower bound on the loss of every epsilon-DP unbiased
+        randomizer for this prior (any outputs).
+    """
+    y = np.asarray(values, dtype=np.float64)
+    p = np.asarray(prior, dtype=np.float64)
+    k = y.size
+    if k == 1:
+        return y.copy(), np.ones((1, 1)), 0.0
+    e = math.expm1(epsilon)
+    center = 0.5 * (y[0] + y[-1])
+    half = 0.5 * (y[-1] - y[0])
+    yn = (y - center) / half
+    best, bound = _solve_normalized(yn, p, e, tol=tol, gap_tol=gap_tol)
     _, t, z, cover = best
     lower = bound
     # Exact rebuild: columns are the staircase rays t_j a_j; a minimum-norm
