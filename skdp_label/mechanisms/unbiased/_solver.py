@@ -1341,12 +1341,15 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True):
         best, bound = _fallback_rays(yn, p, e, state, best, bound, slack, gap_tol)
     if merge and best[0] > 1e-6:
         loss_now = _ray_loss(yn, p, e, best[3], best[1], best[2])
-        tried = {1}
+        tried = {1, yn.size}
         for merge_tol in _MERGE_TOLS:
+            # Coarse to fine: the coarse levels are the small (fast) problems.
+            # Stop at a 1 % gap: finer levels that still stall cost as much as
+            # the direct solve (measured 20 s each at k = 538) for < 1 %.
+            if (loss_now - bound) <= 1e-2 * loss_now:
+                break
             n_groups = int(np.sum(np.diff(yn) > merge_tol)) + 1
-            # At most half the labels: a solve costs a fraction of the direct
-            # one, and a level merging few labels stalls like it (measured).
-            if n_groups in tried or 2 * n_groups > yn.size:
+            if n_groups in tried:
                 continue
             tried.add(n_groups)
             merged = _merged_labels_solution(yn, p, e, merge_tol, tol=tol_start, gap_tol=gap_tol)
