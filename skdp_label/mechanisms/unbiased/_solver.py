@@ -51,7 +51,10 @@ Structure used here
   ``e^eps`` times the rounding), column generation with exact pricing from
   the LP's duals, started from those rays and debiased randomized
   response's (feasible for any prior), gives the mechanism and a valid,
-  looser bound; nothing is raised.
+  looser bound; nothing is raised. Then also the problem with near-tied
+  labels merged (clusters 1e-10 to 1e-4 of the range wide stall the
+  interior point) is solved at a few merge levels and lifted back
+  exactly; the least loss is kept.
 * Certificate: for *any* duals ``(u, w)`` and any epsilon-DP unbiased
   mechanism (any staircase pattern, not only intervals; any output value)
   the loss is at least ``sum u + sum w y + min(0, min_{S, z} rc(S, z))``
@@ -59,14 +62,24 @@ Structure used here
   ``S`` and real ``z`` is exact: for fixed ``z`` the best ``S`` is the set of
   inputs with negative per-input reduced cost, and between consecutive
   roots of those quadratics the reduced cost is one quadratic in ``z``
-  (a sweep over the sorted roots, ``O(k log k)``).
+  (a sweep over the sorted roots, ``O(k log k)``). The bound is concave in
+  the duals, so the best scaling ``theta (u, w)``, ``0 <= theta <= 1``, is
+  found by golden section (inexact duals at a large epsilon).
+* Certificate tolerance: the relative gap ``(loss - bound) / loss`` is
+  accepted up to ``gap_tol`` plus the rounding floor ``1e-14 e^eps / loss``
+  (labels scaled to ``[-1, 1]``): reduced costs are sums of terms up to
+  ``e^eps`` and lose that much to rounding, so at epsilon >~ 15 no
+  certificate is tighter than about that floor.
   ``lower_bound`` reports it, so optimality is checked, not assumed.
 
 Exactness of the returned mechanism: columns are exact rays ``t_j a_j``
 (so the DP ratio is ``e^eps`` up to one rounding), and the weights and
 first moments ``(t, s)`` get a final minimum-norm correction so that rows
-sum to 1 and means equal the inputs to rounding error; the caller verifies
-both (:func:`check_exact_mechanism`).
+sum to 1 and means equal the inputs to rounding error; when that fails
+(a support too small to be unbiased), the residual is absorbed by debiased
+randomized response's singleton rays, mixed in with the least loss
+(:func:`_mix_with_rr`). The caller verifies both
+(:func:`check_exact_mechanism`).
 """
 
 from __future__ import annotations
