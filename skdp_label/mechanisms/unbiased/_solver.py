@@ -1043,7 +1043,8 @@ def _mix_with_rr(y, p, e, cover, t, s):
         if not np.all(st > 1e-3 * lam * rr_t):
             continue
         ss = lam * rr_s + (1.0 - lam) * sc
-        loss = (1.0 - lam) * cand_loss + float(np.sum(al1 * ss * ss / st - 2.0 * be1 * ss + ga1 * st))
+        singles = float(np.sum(al1 * ss * ss / st - 2.0 * be1 * ss + ga1 * st))
+        loss = (1.0 - lam) * cand_loss + singles
         if np.isfinite(loss) and (best is None or loss < best[0]):
             best = (loss, lam, st, ss)
     _, lam, st, ss = best
