@@ -87,6 +87,7 @@ randomized response's singleton rays, mixed in with the least loss
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -1286,8 +1287,14 @@ def _fallback_rays(y, p, e, state, best, bound, slack, gap_tol):
 
 def _polish_positive(y, p, e, cover, t, u, w):
     """Polish; drop patterns whose weight is not positive (ties) and repeat."""
+    return _drop_nonpositive(partial(_kkt_polish, y, p, e), cover, t, u, w)
+
+
+def _drop_nonpositive(polish, cover, t, u, w):
+    """``polish(cover, t, u, w) -> (t, z, u, w) or None`` repeated with the
+    patterns of non-positive weight (ties) dropped; ``(cover, out)``."""
     for _ in range(4):
-        out = _kkt_polish(y, p, e, cover, t, u, w)
+        out = polish(cover, t, u, w)
         if out is None:
             return None
         if np.all(out[0] > 0):
