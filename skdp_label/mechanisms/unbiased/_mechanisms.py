@@ -286,9 +286,9 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
                     check_exact_mechanism(values, outputs, matrix, epsilon)
                 except RuntimeError as exc:
                     # Not expected: the solver repairs its output exactly and
-                    # has its own fallbacks (issue 13: none of 200 irregular
-                    # priors up to the epsilon cap gets here). The grid LP
-                    # this used to try took minutes at |Y| in the hundreds.
+                    # has its own fallbacks (issue 13: no prior of the scaling
+                    # benchmark's sweep, epsilon up to the cap, gets here). The
+                    # grid LP this used to try took minutes at |Y| in the hundreds.
                     facts["with"] = "the fallback debiased randomized response"
                     outputs, matrix = self._debiased_rr_fallback(values, epsilon, exc)
             else:
