@@ -47,7 +47,7 @@ def _grid_lp_loss(y, p, eps):
     return mechanism_loss(y, p, grid, matrix)
 
 
-@pytest.mark.parametrize("case", [59, 181, 31, 16])
+@pytest.mark.parametrize("case", [59, 181, 31, 69, 16])
 def test_previously_failing_sweep_priors(case):
     kind, y, p, eps = sweep_case(case)
     outputs, matrix, lower = optimal_unbiased_continuous(y, p, eps)

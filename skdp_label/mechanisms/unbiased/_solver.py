@@ -1366,6 +1366,7 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True):
         loss_now = _ray_loss(yn, p, e, best[3], best[1], best[2])
         tried = {1, yn.size}
         clusters_helped = False
+        helped = False  # some level cut the loss
         improving = True  # the last level cut the loss by 10 % or more
         for merge_tol in _MERGE_TOLS:
             # Coarse to fine: the coarse levels are the small (fast) problems.
@@ -1373,7 +1374,7 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True):
             # about a direct solve (measured 20-40 s at k = 538-636 where it
             # stalls like it) and is tried only when no level merging
             # clusters helped: it is for a few near-tied pairs (case 2).
-            if (loss_now - bound) <= 1e-2 * loss_now or not improving:
+            if (loss_now - bound) <= 1e-2 * loss_now or (helped and not improving):
                 break
             n_groups = int(np.sum(np.diff(yn) > merge_tol)) + 1
             if n_groups in tried or (clusters_helped and 2 * n_groups > yn.size):
@@ -1388,6 +1389,7 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True):
             # Finer levels cost more and gained less (case 190, k = 807:
             # 6 %, 0.1 % at 14 s, 19 s): continue while a level gains 10 %.
             improving = loss_m < 0.9 * loss_now
+            helped = helped or loss_m < loss_now
             if loss_m < loss_now:
                 best, loss_now = (None, m_t, m_z, m_cover), loss_m
                 clusters_helped = clusters_helped or 2 * n_groups <= yn.size
