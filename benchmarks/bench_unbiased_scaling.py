@@ -279,10 +279,12 @@ def sweep(args):
     idx, times, gaps = (np.array(x) for x in zip(*rows))
     slow = idx[np.argsort(times)[::-1][:5]]
     print(f"\n{len(rows) + fails} priors: {fails} raised, "
-          f"{(gaps <= 1e-9).sum()} certified to 1e-9, {(gaps <= 1e-6).sum()} to 1e-6, {(gaps > 1e-6).sum()} not (LP fallback: valid bound, "
-          f"larger gap: cases {' '.join(map(str, idx[gaps > 1e-6]))}); CPU time median "
+          f"{(gaps <= 1e-9).sum()} certified to 1e-9, {(gaps <= 1e-6).sum()} to 1e-6, "
+          f"{(gaps <= 1e-2).sum()} to 1e-2; not to 1e-6: cases "
+          f"{' '.join(map(str, idx[gaps > 1e-6]))} (valid bound, larger gap); CPU time median "
           f"{np.median(times):.3f} s, 95 % {np.quantile(times, 0.95):.2f} s, "
-          f"max {times.max():.2f} s; slowest cases: {' '.join(map(str, slow))}")
+          f"max {times.max():.2f} s (max / median {times.max() / np.median(times):.0f}); "
+          f"slowest cases: {' '.join(map(str, slow))}")
     if old_times:
         ours = np.array([t for i, t, _ in rows if i in old_times])
         old = np.array(list(old_times.values()))

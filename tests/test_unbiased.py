@@ -272,20 +272,27 @@ def test_irregular_sparse_priors_solve_exactly(seed):
     assert mech.noisy_label_loss_ - mech.lower_bound_ <= 1e-8 * mech.noisy_label_loss_ + 1e-12
 
 
-def test_fallback_to_grid_lp_is_exact_and_warns(monkeypatch):
+def test_fallback_is_debiased_rr_not_the_grid_lp(monkeypatch):
+    # Issue 13: the fallback must not be the minutes-long grid LP; debiased
+    # randomized response is exact for any prior and instant.
     from skdp_label.mechanisms.unbiased import _mechanisms
 
     def failing(*args, **kwargs):
         raise RuntimeError("forced")
 
+    def grid_lp_called(*args, **kwargs):
+        raise AssertionError("the grid LP must not be the fallback")
+
     monkeypatch.setattr(_mechanisms, "optimal_unbiased_continuous", failing)
+    monkeypatch.setattr(_mechanisms, "optimal_unbiased_grid", grid_lp_called)
     prior = ([0.0, 1.0, 3.0], [0.5, 0.3, 0.2])
     with pytest.warns(RuntimeWarning, match="forced"):
         mech = OptimalUnbiased(epsilon=1.0, prior=prior, random_state=0).fit([0.0])
     assert_exact(mech)
     assert np.isnan(mech.lower_bound_)
-    lp = reference_grid_lp(np.array(prior[0]), np.array(prior[1]), mech.output_values_, 1.0)
-    assert mech.noisy_label_loss_ <= lp * (1 + 1e-6)
+    np.testing.assert_allclose(
+        mech.output_values_, debiased_rr_outputs(np.array(prior[0]), 1.0), rtol=1e-12
+    )
 
 
 def _irregular_prior(rng, k):

@@ -78,6 +78,7 @@ from scipy.optimize import linprog
 
 from ._solver import (
     _cold_start,
+    _drop_nonpositive,
     _Patterns,
     _primal_dual_iterate,
     staircase_lower_bound,
@@ -242,15 +243,10 @@ def _kkt_polish(y, p, c, cover, e, t, u, w, *, max_iter=12):
 
 def _polish_positive(y, p, c, cover, e, t, u, w):
     """Polish; drop patterns whose weight is not positive (ties) and repeat."""
-    for _ in range(4):
-        out = _kkt_polish(y, p, c, cover, e, t, u, w)
-        if out is None:
-            return None
-        if np.all(out[0] > 0):
-            return cover, out
-        pos = out[0] > 0
-        cover, t, u, w = cover[:, pos], out[0][pos], out[2], out[3]
-    return None
+    def polish(cover, t, u, w):
+        return _kkt_polish(y, p, c, cover, e, t, u, w)
+
+    return _drop_nonpositive(polish, cover, t, u, w)
 
 
 # Above this many labels the certificate's price LP (about 200 k rows) costs

@@ -1,0 +1,107 @@
+"""The unbiased solver on the priors it used to fail (issue 13).
+
+The priors are regenerated with the scaling benchmark's sweep generator
+(``benchmarks/bench_unbiased_scaling.py``, ``sweep_case``), so a case here
+is the same prior as ``--cases N`` there. Before the fixes they raised
+"not unbiased" (cases 59, 181 at epsilon 22; the estimator then ran the
+grid LP for minutes) or ended at 70-380x the grid LP's loss (clustered
+labels, cases 16, 31).
+"""
+
+import math
+import pathlib
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+from skdp_label.mechanisms.unbiased import OptimalUnbiased, feasible_output_set
+from skdp_label.mechanisms.unbiased._grid import _grid_lp
+from skdp_label.mechanisms.unbiased._solver import (
+    _interval_cover,
+    _mix_with_rr,
+    _ray_loss,
+    check_exact_mechanism,
+    debiased_rr_outputs,
+    mechanism_loss,
+    optimal_unbiased_continuous,
+)
+from _audit import assert_exactly_private
+from test_unbiased import assert_exact
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+from bench_unbiased_scaling import irregular_prior, sweep_case  # noqa: E402
+
+
+def _assert_exactly_unbiased(y, outputs, matrix):
+    span = float(y.max() - y.min())
+    assert np.abs(matrix @ outputs - y).max() <= 1e-9 * span
+
+
+def _grid_lp_loss(y, p, eps):
+    """001's LP on the 4k-point feasible grid (the benchmark's reference)."""
+    grid = feasible_output_set(y, eps, 4 * y.size)
+    center, half = 0.5 * (y[0] + y[-1]), 0.5 * (y[-1] - y[0])
+    matrix = _grid_lp((y - center) / half, p, (grid - center) / half, math.expm1(eps))
+    return mechanism_loss(y, p, grid, matrix)
+
+
+@pytest.mark.parametrize("case", [59, 181, 31, 69, 16])
+def test_previously_failing_sweep_priors(case):
+    kind, y, p, eps = sweep_case(case)
+    outputs, matrix, lower = optimal_unbiased_continuous(y, p, eps)
+    check_exact_mechanism(y, outputs, matrix, eps)
+    assert_exactly_private(matrix, eps)
+    _assert_exactly_unbiased(y, outputs, matrix)
+    loss = mechanism_loss(y, p, outputs, matrix)
+    assert lower <= loss
+    # Not worse than debiased randomized response (exact for any prior).
+    rr = debiased_rr_outputs(y, eps)
+    rr_matrix = np.full((y.size, y.size), 1.0 / (math.exp(eps) + y.size - 1))
+    np.fill_diagonal(rr_matrix, math.exp(eps) / (math.exp(eps) + y.size - 1))
+    assert loss <= mechanism_loss(y, p, rr, rr_matrix) * (1 + 1e-9)
+    if kind == "clustered" and y.size <= 40:
+        # Was 80x the grid LP's loss (near-tied labels stalled the
+        # interior point); with merged clusters it is below it.
+        assert loss <= _grid_lp_loss(y, p, eps) * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_estimator_at_the_epsilon_cap_on_a_sparse_prior(seed):
+    rng = np.random.default_rng([13, 1000 + seed])
+    y, p = irregular_prior(rng, 60, kind=seed)
+    p[rng.random(p.size) < 0.5] = 0.0  # sparse
+    p[0] += 1e-3
+    p /= p.sum()
+    eps = OptimalUnbiased._max_epsilon
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning
+        mech = OptimalUnbiased(epsilon=eps, prior=(y, p), random_state=0).fit(y[:3])
+    assert_exact(mech)
+    assert mech.lower_bound_ <= mech.noisy_label_loss_
+
+
+def test_mix_with_rr_makes_inexact_rays_exact():
+    # Rays that cannot be unbiased (too few of them) with a residual: the
+    # repair must return exact staircase rays, rows summing to 1, means
+    # equal to the labels, and a loss no worse than debiased RR's.
+    rng = np.random.default_rng(0)
+    k, e = 12, math.expm1(2.0)
+    y = np.sort(rng.uniform(-1, 1, k))
+    y[0], y[-1] = -1.0, 1.0
+    p = rng.dirichlet(np.ones(k))
+    ls = np.array([0, 0, 3, 6, 9])
+    rs = np.array([2, 5, 8, 11, 11])
+    cover = _interval_cover(k, ls, rs)
+    t = np.full(ls.size, 1.0 / (ls.size + e * 2))
+    z = np.linspace(-1.5, 1.5, ls.size)
+    cov, t_fix, z_fix = _mix_with_rr(y, p, e, cover, t, t * z)
+    assert np.all(t_fix > 0)
+    matrix = np.where(cov, (1.0 + e) * t_fix[None, :], t_fix[None, :])
+    assert_exactly_private(matrix, math.log1p(e))
+    np.testing.assert_allclose(matrix.sum(axis=1), 1.0, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(matrix @ z_fix, y, rtol=0, atol=1e-13)
+    rr_loss = _ray_loss(y, p, e, np.eye(k, dtype=bool), np.full(k, 1.0 / (e + k)),
+                        debiased_rr_outputs(y, math.log1p(e)))
+    assert _ray_loss(y, p, e, cov, t_fix, z_fix) <= rr_loss * (1 + 1e-12)
