@@ -26,13 +26,6 @@ from skdp_label.release import (
 from _audit import assert_no_random_state
 
 
-@pytest.fixture
-def key(tmp_path):
-    path = tmp_path / "label.key"
-    generate_key_file(path)
-    return load_key(path)
-
-
 def _mechanism(name, eps=1.0):
     kw = {"epsilon": eps}
     if name in mechanism_names("classification"):

@@ -12,7 +12,7 @@ from skdp_label import BudgetAccountant, LabelDPRegressor
 from skdp_label.mechanisms import AutoRegression, RandomizedResponse, make_mechanism, mechanism_names
 from skdp_label.mechanisms import _prior
 from skdp_label.mechanisms._validation import check_class_labels
-from skdp_label.release import KeyedRelease, generate_key_file, load_key, privatize
+from skdp_label.release import KeyedRelease, privatize
 
 pytestmark = pytest.mark.filterwarnings("ignore::skdp_label.PrivacyLeakWarning")
 
@@ -21,13 +21,6 @@ BOUNDS = (0.0, 10.0)
 
 def _labels(n=400, seed=0):
     return np.random.default_rng(seed).uniform(*BOUNDS, n)
-
-
-@pytest.fixture
-def key(tmp_path):
-    path = tmp_path / "label.key"
-    generate_key_file(path)
-    return load_key(path)
 
 
 # -- the noisy mean (constant-anchor) ---------------------------------------------

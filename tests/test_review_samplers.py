@@ -44,14 +44,7 @@ from skdp_label.mechanisms import (
     make_mechanism,
 )
 from skdp_label.mechanisms.classic._noise import alias_table_probabilities, gaussian_cell_table
-from skdp_label.release import generate_key_file, load_key, privatize
-
-
-@pytest.fixture
-def key(tmp_path):
-    path = tmp_path / "label.key"
-    generate_key_file(path)
-    return load_key(path)
+from skdp_label.release import privatize
 
 
 # -- keyed staircase rows: independent of the batch size ----------------------------------
