@@ -105,3 +105,38 @@ def test_mix_with_rr_makes_inexact_rays_exact():
     rr_loss = _ray_loss(y, p, e, np.eye(k, dtype=bool), np.full(k, 1.0 / (e + k)),
                         debiased_rr_outputs(y, math.log1p(e)))
     assert _ray_loss(y, p, e, cov, t_fix, z_fix) <= rr_loss * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("case", [31, 69, 98])
+def test_stalled_path_goes_to_the_merged_solves_at_no_loss(case, monkeypatch):
+    # Clustered labels (1e-10 to 1e-6 of the range apart): the interior point
+    # stops with the rows and means violated (stall detected) and nothing can
+    # be read off it; the solver then skips resuming it. The result must stay
+    # exact, the bound valid, and the loss no worse than with the resumed
+    # rounds (the old behaviour, `_STOP_STALLED = False`).
+    from skdp_label.mechanisms.unbiased import _solver
+
+    _, y, p, eps = sweep_case(case)
+    yn = (y - 0.5 * (y[0] + y[-1])) / (0.5 * (y[-1] - y[0]))
+    e = math.expm1(eps)
+    u, w, t, r, m, state = _solver._primal_dual_path(yn, p, e, tol=1e-8)
+    assert _solver._path_stalled(yn, state[0], t, m)
+    outputs, matrix, lower = optimal_unbiased_continuous(y, p, eps)
+    check_exact_mechanism(y, outputs, matrix, eps)
+    assert_exactly_private(matrix, eps)
+    _assert_exactly_unbiased(y, outputs, matrix)
+    loss = mechanism_loss(y, p, outputs, matrix)
+    assert lower <= loss
+    monkeypatch.setattr(_solver, "_STOP_STALLED", False)
+    outputs_old, matrix_old, lower_old = optimal_unbiased_continuous(y, p, eps)
+    assert loss <= mechanism_loss(y, p, outputs_old, matrix_old) * (1 + 1e-9)
+
+
+def test_converged_path_is_not_stalled():
+    # Mutation check of the stall test: a regular prior's path converges.
+    from skdp_label.mechanisms.unbiased import _solver
+
+    _, y, p, eps = sweep_case(19)  # integers 0..40, epsilon 1
+    yn = (y - 0.5 * (y[0] + y[-1])) / (0.5 * (y[-1] - y[0]))
+    u, w, t, r, m, state = _solver._primal_dual_path(yn, p, math.expm1(eps), tol=1e-8)
+    assert not _solver._path_stalled(yn, state[0], t, m)
