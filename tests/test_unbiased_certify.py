@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 import pytest
 
-from skdp_label.mechanisms.unbiased import OptimalUnbiased, feasible_output_set
+from skdp_label.mechanisms.unbiased import OptimalUnbiased, _solver, feasible_output_set
 from skdp_label.mechanisms.unbiased._grid import _grid_lp
 from skdp_label.mechanisms.unbiased._solver import (
     _interval_cover,
@@ -47,15 +47,21 @@ def _grid_lp_loss(y, p, eps):
     return mechanism_loss(y, p, grid, matrix)
 
 
-@pytest.mark.parametrize("case", [59, 181, 31, 69, 16])
-def test_previously_failing_sweep_priors(case):
-    kind, y, p, eps = sweep_case(case)
+def _exact_solution_loss(y, p, eps):
+    """Solve; check the mechanism is exact and the bound below its loss."""
     outputs, matrix, lower = optimal_unbiased_continuous(y, p, eps)
     check_exact_mechanism(y, outputs, matrix, eps)
     assert_exactly_private(matrix, eps)
     _assert_exactly_unbiased(y, outputs, matrix)
     loss = mechanism_loss(y, p, outputs, matrix)
     assert lower <= loss
+    return loss
+
+
+@pytest.mark.parametrize("case", [59, 181, 31, 69, 16])
+def test_previously_failing_sweep_priors(case):
+    kind, y, p, eps = sweep_case(case)
+    loss = _exact_solution_loss(y, p, eps)
     # Not worse than debiased randomized response (exact for any prior).
     rr = debiased_rr_outputs(y, eps)
     rr_matrix = np.full((y.size, y.size), 1.0 / (math.exp(eps) + y.size - 1))
@@ -105,3 +111,31 @@ def test_mix_with_rr_makes_inexact_rays_exact():
     rr_loss = _ray_loss(y, p, e, np.eye(k, dtype=bool), np.full(k, 1.0 / (e + k)),
                         debiased_rr_outputs(y, math.log1p(e)))
     assert _ray_loss(y, p, e, cov, t_fix, z_fix) <= rr_loss * (1 + 1e-12)
+
+
+def _direct_path(case):
+    """The interior point on sweep prior ``case`` (labels in [-1, 1])."""
+    _, y, p, eps = sweep_case(case)
+    yn = (y - 0.5 * (y[0] + y[-1])) / (0.5 * (y[-1] - y[0]))
+    u, w, t, r, m, state = _solver._primal_dual_path(yn, p, math.expm1(eps), tol=1e-8)
+    return _solver._path_stalled(yn, state[0], t, m)
+
+
+@pytest.mark.parametrize("case", [31, 69, 98])
+def test_stalled_path_goes_to_the_merged_solves_at_no_loss(case, monkeypatch):
+    # Clustered labels (1e-10 to 1e-6 of the range apart): the interior point
+    # stops with the rows and means violated (stall detected) and nothing can
+    # be read off it; the solver then neither resumes it nor prices more rays
+    # under its duals. The result must stay exact, the bound valid, and the
+    # loss no worse than with the resumed rounds (`_STOP_STALLED = False`,
+    # the old behaviour).
+    _, y, p, eps = sweep_case(case)
+    assert _direct_path(case)
+    loss = _exact_solution_loss(y, p, eps)
+    monkeypatch.setattr(_solver, "_STOP_STALLED", False)
+    assert loss <= _exact_solution_loss(y, p, eps) * (1 + 1e-9)
+
+
+def test_converged_path_is_not_stalled():
+    # Mutation check of the stall test: a regular prior's path converges.
+    assert not _direct_path(19)  # integers 0..40, epsilon 1
