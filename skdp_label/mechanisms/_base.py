@@ -168,13 +168,18 @@ class BaseLabelMechanism(
         """A fresh generator for one release of ``n_labels`` labels.
 
         With an integer seed the stream is a function of the seed and this
-        public context only, so a seeded release is reproducible (and two
-        seeded releases with the same context share noise: see
-        docs/randomness.md).
+        public context only: the mechanism, its public parameters (epsilon,
+        bounds, prior, ...), the step and the number of labels. A seeded
+        release is reproducible, and two releases of one seed at another
+        epsilon (a grid search over it) draw different noise: the same noise
+        at two scales would let anyone solve for the label. Two seeded
+        releases with the same context still share noise (docs/randomness.md).
         """
+        public = self._public_signature()
+        public.pop("accountant", None)  # which ledger is charged does not make another release
         return release_generator(
             self.random_state,
-            public_fingerprint(type(self).__name__, step, int(n_labels)),
+            public_fingerprint(type(self).__name__, sorted(public.items()), step, int(n_labels)),
             owner=type(self).__name__,
         )
 
