@@ -454,7 +454,18 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
 
     def _make_mechanism(self, plan, epsilon, random_state, classes):
         if self.mechanism != "auto":
-            return self._build_mechanism(epsilon, random_state, None, classes=classes)
+            mech = self._build_mechanism(epsilon, random_state, None, classes=classes)
+            # An instance's own classes must be the declared ones, in their order: the
+            # codes, masks and probability columns follow it, and labels outside them
+            # would only fail after the charge.
+            own = mech.get_params(deep=False).get("classes")
+            if own is not None and not np.array_equal(np.asarray(own), classes):
+                raise ValueError(
+                    f"{type(mech).__name__}(classes={public_repr(own)}) differs from "
+                    f"classes={public_repr(classes)}; give the mechanism the same classes in "
+                    "the same order, or leave its classes unset."
+                )
+            return mech
         mech = make_mechanism(plan["mechanism"], task=self._task, epsilon=epsilon,
                               random_state=random_state, classes=classes)
         mech._ledger_context = {"estimator": type(self).__name__}

@@ -1,0 +1,193 @@
+"""Adversarial review of the estimator layer (LabelDPRegressor,
+LabelDPClassifier, the study tool, privacy_report) against the five privacy
+invariants, as whoever receives its outputs would attack it."""
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.neighbors import KNeighborsRegressor
+
+from skdp_label import BudgetAccountant, LabelDPClassifier, LabelDPRegressor
+from skdp_label.mechanisms import Laplace, RandomizedResponse, RRWithPrior
+from skdp_label.study import privacy_utility_study
+
+pytestmark = pytest.mark.filterwarnings("ignore::skdp_label.PrivacyLeakWarning")
+
+BOUNDS = (0.0, 10.0)
+
+
+def _data(n=300, seed=1):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    # Strictly inside the bounds: min and max are label statistics, not the bounds.
+    y = np.clip(X @ [1.0, 2.0, 0.5] + 5 + 0.3 * rng.normal(size=n), 0.7, 9.3)
+    codes = np.digitize(X[:, 0] + 0.3 * X[:, 1], [-1.0, -0.2, 0.5, 1.2])
+    return X, y, codes
+
+
+def _spent_nothing(acc):
+    assert acc.spent_epsilon == 0.0 and len(acc.ledger) == 0
+
+
+# -- invariant 3: nothing exact about the labels in what leaves the labels party ---------
+
+def _label_statistics(y):
+    y = np.asarray(y, dtype=np.float64)
+    return {"mean": y.mean(), "sum": y.sum(), "var": y.var(), "var (ddof=1)": y.var(ddof=1),
+            "std": y.std(), "min": y.min(), "max": y.max(), "median": np.median(y)}
+
+
+def _class_statistics(codes, n_classes):
+    counts = np.bincount(codes, minlength=n_classes)
+    return {"counts (float)": counts.astype(np.float64), "counts (int)": counts.astype(np.int64),
+            "frequencies": counts / codes.size}
+
+
+def _exact_values_in(blob, statistics, labels):
+    found = [name for name, value in statistics.items()
+             if np.atleast_1d(np.asarray(value)).tobytes() in blob]
+    found += [f"raw labels ({dtype.__name__})" for dtype in (np.float64, np.int64)
+              if np.asarray(labels).astype(dtype)[:16].tobytes() in blob]
+    return found
+
+
+@pytest.mark.parametrize("make", [
+    lambda: LabelDPRegressor(Ridge(), "auto", 1.0, bounds=BOUNDS),
+    lambda: LabelDPRegressor(KNeighborsRegressor(10), "rr-on-bins", 1.0, bounds=BOUNDS,
+                             shrinkage="cv"),
+    lambda: LabelDPRegressor(Ridge(), "laplace", 1.0, bounds=BOUNDS, shrinkage=0.5,
+                             mechanism_params={"clip": False}, param_grid={"alpha": [0.1, 10]}),
+], ids=["auto", "rr-on-bins-cv-guard", "laplace-grid"])
+def test_fitted_regressors_pickles_reports_and_reprs_hold_no_label_statistic(make):
+    X, y, _ = _data()
+    est = make().fit(X, y)
+    blob = pickle.dumps(est) + pickle.dumps(est.privacy_report())
+    assert _exact_values_in(blob, _label_statistics(y), y) == []
+    text = repr(est) + str(est.privacy_report())
+    assert not [k for k, v in _label_statistics(y).items() if repr(float(v))[:8] in text]
+
+
+@pytest.mark.parametrize("params", [
+    dict(mechanism="auto"),
+    dict(mechanism="auto", epsilon=0.05, shrinkage="auto"),
+    dict(mechanism="rr", majority_guard=True, shrinkage=0.3),
+    dict(prior="clusters", n_clusters=4, n_stages=2),
+    dict(prior="class-frequencies"),
+], ids=["auto", "auto-small-eps", "rr-guard", "clusters", "class-frequencies"])
+def test_fitted_classifiers_pickles_hold_no_class_count(params):
+    X, _, codes = _data()
+    est = LabelDPClassifier(LogisticRegression(), classes=range(5), **params).fit(X, codes)
+    blob = pickle.dumps(est) + pickle.dumps(est.privacy_report())
+    assert _exact_values_in(blob, _class_statistics(codes, 5), codes) == []
+
+
+# -- invariant 1: no warning fires depending on the private labels ------------------------
+
+# -- invariants 2 and 5: refused before anything is spent -----------------------------------
+
+@pytest.mark.parametrize("mechanism", [
+    RandomizedResponse(classes=[0, 1]),
+    RRWithPrior(classes=[0, 1]),
+    RandomizedResponse(classes=[0, 1, 3]),
+    RandomizedResponse(classes=[2, 1, 0]),  # same classes, another order: the columns would mix
+])
+def test_mechanism_instance_with_other_classes_is_refused_before_spending(mechanism):
+    # Was: the estimator's classes were ignored, the labels charged, and the fit
+    # then failed iff some label lay outside the instance's classes (a failure
+    # after charging, and one that tells whether class 2 occurs).
+    X = np.random.default_rng(1).normal(size=(100, 3))
+    y = np.r_[np.zeros(50, int), np.ones(49, int), 2]
+    acc = BudgetAccountant()
+    est = LabelDPClassifier(LogisticRegression(), mechanism=mechanism, classes=[0, 1, 2],
+                            accountant=acc)
+    with pytest.raises(ValueError, match="classes"):
+        est.fit(X, y)
+    _spent_nothing(acc)
+    with pytest.raises(ValueError, match="classes"):  # also with labels inside them
+        est.fit(X, np.r_[np.zeros(50, int), np.ones(50, int)])
+    _spent_nothing(acc)
+
+
+def test_mechanism_instance_with_the_same_classes_is_accepted():
+    X = np.random.default_rng(1).normal(size=(100, 3))
+    y = (X[:, 0] > 0).astype(int)
+    acc = BudgetAccountant()
+    est = LabelDPClassifier(LogisticRegression(), mechanism=RandomizedResponse(classes=[0, 1]),
+                            classes=np.array([0, 1]), accountant=acc).fit(X, y)
+    assert acc.spent_epsilon == 1.0 and est.predict_proba(X[:3]).shape == (3, 2)
+
+
+@pytest.mark.parametrize("params, match", [
+    (dict(epsilon=np.nan), "epsilon"), (dict(epsilon=np.inf), "epsilon"),
+    (dict(epsilon=-1.0), "epsilon"), (dict(epsilon=True), "epsilon"), (dict(epsilon=0), "epsilon"),
+    (dict(bounds=(np.nan, 1.0)), "bounds"), (dict(bounds=(0.0, np.inf)), "bounds"),
+    (dict(bounds=(10.0, 0.0)), "bounds"), (dict(bounds=(False, True)), "bounds"),
+    (dict(mechanism="auto", mechanism_params={"mean_epsilon": np.inf}), "mean_epsilon"),
+    (dict(mechanism="auto", mechanism_params={"prior_epsilon": True}), "prior_epsilon"),
+    (dict(shrinkage=np.nan), "shrinkage"), (dict(shrinkage=True), "shrinkage"),
+    (dict(mechanism="rr-on-bins", mechanism_params={"prior": (np.arange(11.0), -np.ones(11))}),
+     "prior"),
+    (dict(random_state=True), "random_state"),
+])
+def test_bad_regressor_parameters_spend_nothing(params, match):
+    X, y, _ = _data(n=60)
+    acc = BudgetAccountant()
+    kwargs = {"mechanism": "laplace", "bounds": BOUNDS, **params}
+    with pytest.raises(ValueError, match=match):
+        LabelDPRegressor(Ridge(), accountant=acc, **kwargs).fit(X, y)
+    _spent_nothing(acc)
+
+
+@pytest.mark.parametrize("params, match", [
+    (dict(epsilon=np.nan), "epsilon"), (dict(classes=[0, 0, 1, 2, 3, 4]), "duplicates"),
+    (dict(classes=[0.0, 1, 2, 3, np.nan]), "finite"),
+    (dict(prior="class-frequencies", prior_epsilon=np.nan), "prior_epsilon"),
+    (dict(prior="class-frequencies", prior_epsilon=True), "prior_epsilon"),
+    (dict(prior="class-frequencies", prior_epsilon=1.0), "prior_epsilon"),
+    (dict(n_stages=2, stage_split=[0.5, np.nan]), "stage_split"),
+    (dict(prior_temperature=np.nan), "prior_temperature"), (dict(shrinkage=np.nan), "shrinkage"),
+    (dict(mechanism="auto", prior="clusters"), "prior"),
+    # classification_plan leaves the labels 5e-10 beside a 5e-10 histogram.
+    (dict(prior="class-frequencies", epsilon=1e-9), "epsilon"),
+])
+def test_bad_classifier_parameters_spend_nothing(params, match):
+    X, _, codes = _data(n=60)
+    acc = BudgetAccountant()
+    kwargs = {"classes": range(5), **params}
+    with pytest.raises(ValueError, match=match):
+        LabelDPClassifier(LogisticRegression(), accountant=acc, **kwargs).fit(X, codes)
+    _spent_nothing(acc)
+
+
+# -- invariant 2 in the study tool: the user's accountant is the one charged ---------------
+
+# -- invariant 4: fresh entropy, separate streams ---------------------------------------
+
+def test_unseeded_auto_classifier_fits_draw_independent_histograms():
+    X, _, codes = _data()
+    est = LabelDPClassifier(LogisticRegression(), "auto", 0.5, classes=range(5))
+    first = est.fit(X, codes).cluster_histograms_.copy()
+    second = est.fit(X, codes).cluster_histograms_
+    assert not np.array_equal(first, second)
+
+
+def test_study_rows_get_distinct_streams(monkeypatch):
+    # Every (mechanism, epsilon, seed) row is its own release: its own seed.
+    import skdp_label.estimators._base as base
+
+    seeds = []
+    original = base.BaseLabelDPEstimator._fit_context
+
+    def record(self, X):
+        seeds.append(self.random_state)
+        return original(self, X)
+
+    monkeypatch.setattr(base.BaseLabelDPEstimator, "_fit_context", record)
+    X, y, _ = _data(n=80)
+    privacy_utility_study(LabelDPRegressor(Ridge(), bounds=BOUNDS), X, y,
+                          mechanisms={"a": "laplace", "b": "laplace"}, epsilons=[1.0, 2.0],
+                          seeds=[0, 1], progress=False, references=False)
+    assert len(seeds) == 8 and len(set(seeds)) == 8 and None not in seeds
