@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
+from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.neighbors import KNeighborsRegressor
 
@@ -85,6 +86,36 @@ def test_fitted_classifiers_pickles_hold_no_class_count(params):
 
 
 # -- invariant 1: no warning fires depending on the private labels ------------------------
+
+class _Majority(ClassifierMixin, BaseEstimator):
+    """Predicts the most frequent (noisy) class; validates nothing."""
+
+    def fit(self, X, y):
+        self.classes_, counts = np.unique(y, return_counts=True)
+        self.majority_ = self.classes_[np.argmax(counts)]
+        return self
+
+    def predict(self, X):
+        return np.full(len(X), self.majority_)
+
+
+def test_classifier_warnings_do_not_depend_on_the_labels():
+    # Same public inputs (X, classes, epsilon), two label vectors: the warnings a
+    # fit emits must be the same. scikit-learn's check_classification_targets
+    # warns when more than half of the rows hold distinct classes: a statistic
+    # of the private labels (how many classes are present).
+    # (The base estimator checks nothing: its own warnings would be about the
+    # noisy labels, a post-processing.)
+    X = np.random.default_rng(0).normal(size=(30, 3))
+    messages = []
+    for y in (np.arange(30) % 20, np.arange(30) % 2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            LabelDPClassifier(_Majority(), "rr", 1.0, classes=range(20), majority_guard=False,
+                              proba_correction=None).fit(X, y)
+        messages.append(sorted(str(w.message) for w in caught))
+    assert messages[0] == messages[1] == []
+
 
 # -- invariants 2 and 5: refused before anything is spent -----------------------------------
 
