@@ -151,6 +151,18 @@ def test_mechanism_instance_with_the_same_classes_is_accepted():
     assert acc.spent_epsilon == 1.0 and est.predict_proba(X[:3]).shape == (3, 2)
 
 
+@pytest.mark.parametrize("flag", [True, False, np.True_])
+def test_classifier_bool_shrinkage_is_refused_before_spending(flag):
+    # shrinkage=True would silently mean a weight of 1 (predictions = the class
+    # prior); LabelDPRegressor refuses bools already.
+    X, _, codes = _data(n=80)
+    acc = BudgetAccountant()
+    with pytest.raises(ValueError, match="shrinkage"):
+        LabelDPClassifier(LogisticRegression(), classes=range(5), shrinkage=flag,
+                          accountant=acc).fit(X, codes)
+    _spent_nothing(acc)
+
+
 @pytest.mark.parametrize("params, match", [
     (dict(epsilon=np.nan), "epsilon"), (dict(epsilon=np.inf), "epsilon"),
     (dict(epsilon=-1.0), "epsilon"), (dict(epsilon=True), "epsilon"), (dict(epsilon=0), "epsilon"),

@@ -477,6 +477,9 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
 
     def _check_noise_options(self, mechanisms):
         """The correction options need the noise to be RR-Top-k (known T)."""
+        if isinstance(self.shrinkage, (bool, np.bool_)):  # a bool is a Real: True would mean 1
+            raise ValueError(
+                f"shrinkage must be 'auto', a float in [0, 1] or None; got {self.shrinkage!r}.")
         uses_noise = (self.proba_correction is not None or self.shrinkage is not None
                       or _is_noise_aware(self.base_estimator))
         if self.shrinkage is not None:
