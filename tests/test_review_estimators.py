@@ -163,6 +163,23 @@ def test_classifier_bool_shrinkage_is_refused_before_spending(flag):
     _spent_nothing(acc)
 
 
+@pytest.mark.parametrize("make", [
+    lambda acc: LabelDPRegressor(Ridge(), "laplace", bounds=BOUNDS, accountant=acc),
+    lambda acc: LabelDPRegressor(Ridge(), "auto", bounds=BOUNDS, accountant=acc),
+    lambda acc: LabelDPClassifier(LogisticRegression(), "auto", classes=range(5), accountant=acc),
+])
+def test_negative_sample_weights_are_refused_before_spending(make):
+    # Was: accepted, charged, then Ridge failed on them (sqrt of a negative
+    # weight) or the guards computed a negative standard error.
+    X, y, codes = _data(n=100)
+    acc = BudgetAccountant()
+    est = make(acc)
+    weights = np.r_[np.ones(99), -1.0]
+    with pytest.raises(ValueError, match="negative"):
+        est.fit(X, codes if isinstance(est, LabelDPClassifier) else y, sample_weight=weights)
+    _spent_nothing(acc)
+
+
 @pytest.mark.parametrize("params, match", [
     (dict(epsilon=np.nan), "epsilon"), (dict(epsilon=np.inf), "epsilon"),
     (dict(epsilon=-1.0), "epsilon"), (dict(epsilon=True), "epsilon"), (dict(epsilon=0), "epsilon"),
