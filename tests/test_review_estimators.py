@@ -180,6 +180,26 @@ def test_negative_sample_weights_are_refused_before_spending(make):
     _spent_nothing(acc)
 
 
+@pytest.mark.parametrize("params", [
+    dict(epsilon=1.5e-9),  # the prior's half leaves the labels below MIN_EPSILON
+    dict(epsilon=1.0, mechanism_params={"prior_epsilon": 1.0 - 1e-12}),
+])
+def test_regressor_comparison_of_candidates_never_fails_a_charged_fit(params):
+    # Was: RR-on-Bins charged its noisy prior, then the estimator's comparison
+    # with the unbiased randomizer (informational, post-processing) raised on an
+    # epsilon below the floor: a fit that failed after spending.
+    X, y, _ = _data(n=200)
+    acc = BudgetAccountant()
+    est = LabelDPRegressor(Ridge(), "rr-on-bins", bounds=BOUNDS, accountant=acc, **params)
+    try:
+        est.fit(X, y)
+    except ValueError:  # refusing the split before anything is spent would do too
+        _spent_nothing(acc)
+    else:
+        assert acc.spent_epsilon == pytest.approx(est.epsilon) == est.epsilon_spent_
+        assert np.all(np.isfinite(est.predict(X[:5])))
+
+
 @pytest.mark.parametrize("params, match", [
     (dict(epsilon=np.nan), "epsilon"), (dict(epsilon=np.inf), "epsilon"),
     (dict(epsilon=-1.0), "epsilon"), (dict(epsilon=True), "epsilon"), (dict(epsilon=0), "epsilon"),
