@@ -247,6 +247,25 @@ def _mechanism_labels(mechanisms):
     return items
 
 
+def _study_accountant(accountant, estimator, items):
+    """The one accountant every row is charged to: ``accountant``, else the one
+    the template or the mechanism instances carry (the study must not bypass
+    their budget), else a fresh unlimited one."""
+    attached = [estimator.accountant] + [getattr(m, "accountant", None) for _, m in items]
+    ledgers = {a.ledger_id: a for a in attached if isinstance(a, BudgetAccountant)}
+    if accountant is not None:
+        ledgers.pop(accountant.ledger_id, None)
+    if len(ledgers) > (1 if accountant is None else 0):
+        raise ValueError(
+            "the study charges every fit to one accountant, but the estimator or its "
+            "mechanisms carry another one, whose budget would be bypassed; pass that "
+            "accountant as accountant= (or remove it from them)."
+        )
+    if accountant is None:
+        accountant = next(iter(ledgers.values()), None)
+    return BudgetAccountant() if accountant is None else accountant
+
+
 def _public_range(estimator):
     """Public (lo, hi) of a regression estimator's labels, for the DP mean."""
     if estimator.bounds is not None:
@@ -373,9 +392,11 @@ def privacy_utility_study(
         ``__main__``).
     accountant : BudgetAccountant, optional
         Charged with every release of the study (each fit and each
-        epsilon-DP constant, as its own release); a fresh unlimited one by
-        default. The whole study is checked against it before anything
-        runs.
+        epsilon-DP constant, as its own release); by default the
+        accountant of ``estimator`` or of the mechanism instances, else a
+        fresh unlimited one. Another accountant attached to them is refused
+        (its budget would be bypassed). The whole study is checked against
+        it before anything runs.
     references : bool, default=True
         Whether to add the reference rows: ``'non-private'`` (the base
         estimator fitted on the true labels, tuned over the estimator's
@@ -440,6 +461,7 @@ def privacy_utility_study(
         )
     if accountant is not None and not isinstance(accountant, BudgetAccountant):
         raise ValueError("accountant must be a BudgetAccountant or None.")
+    accountant = _study_accountant(accountant, estimator, items)
     if (X_test is None) != (y_test is None):
         raise ValueError("give both X_test and y_test, or neither.")
     check_consistent_length(X, y)
@@ -458,7 +480,6 @@ def privacy_utility_study(
             value_range = _public_range(estimator)
         else:
             classes = estimator._validate_targets(y_train)[1]
-    accountant = BudgetAccountant() if accountant is None else accountant
     configurations = []
     for label, mechanism in items:
         for eps in epsilons:

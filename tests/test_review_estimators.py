@@ -68,7 +68,8 @@ def test_fitted_regressors_pickles_reports_and_reprs_hold_no_label_statistic(mak
     blob = pickle.dumps(est) + pickle.dumps(est.privacy_report())
     assert _exact_values_in(blob, _label_statistics(y), y) == []
     text = repr(est) + str(est.privacy_report())
-    assert not [k for k, v in _label_statistics(y).items() if repr(float(v))[:8] in text]
+    shown = [repr(float(v))[:8] for v in _label_statistics(y).values()]
+    assert not [s for s in shown if len(s) == 8 and s in text]  # (0.7, the clip, is too short)
 
 
 @pytest.mark.parametrize("params", [
@@ -243,6 +244,47 @@ def test_bad_classifier_parameters_spend_nothing(params, match):
 
 
 # -- invariant 2 in the study tool: the user's accountant is the one charged ---------------
+
+def test_study_charges_the_templates_accountant():
+    # Was: without accountant=, the study replaced the template's accountant by a
+    # fresh unlimited one: a budget of 1 saw nothing of a study spending 8.
+    X, y, _ = _data(n=80)
+    acc = BudgetAccountant(epsilon=1.0)
+    est = LabelDPRegressor(Ridge(), bounds=BOUNDS, accountant=acc)
+    with pytest.raises(Exception, match="[Bb]udget"):
+        privacy_utility_study(est, X, y, mechanisms=["laplace"], epsilons=[2.0], seeds=[0, 1],
+                              progress=False)
+    _spent_nothing(acc)
+    roomy = BudgetAccountant(epsilon=10.0)
+    table = privacy_utility_study(est.set_params(accountant=roomy), X, y, mechanisms=["laplace"],
+                                  epsilons=[2.0], seeds=[0, 1], progress=False)
+    assert roomy.spent_epsilon == pytest.approx(8.0)  # 2 fits + 2 DP constants
+    assert table["epsilon_spent"].iloc[1:].tolist() == [2.0] * 4
+
+
+def test_study_charges_a_mechanism_instances_accountant():
+    X, y, _ = _data(n=80)
+    acc = BudgetAccountant(epsilon=10.0)
+    privacy_utility_study(LabelDPRegressor(Ridge(), bounds=BOUNDS), X, y,
+                          mechanisms={"lap": Laplace(bounds=BOUNDS, accountant=acc)},
+                          epsilons=[2.0], seeds=[0], progress=False)
+    assert acc.spent_epsilon == pytest.approx(4.0)
+
+
+def test_study_refuses_two_accountants_before_anything_runs():
+    X, y, _ = _data(n=80)
+    own, other = BudgetAccountant(), BudgetAccountant()
+    est = LabelDPRegressor(Ridge(), bounds=BOUNDS, accountant=own)
+    with pytest.raises(ValueError, match="accountant"):
+        privacy_utility_study(est, X, y, mechanisms=["laplace"], epsilons=[2.0], seeds=[0],
+                              accountant=other, progress=False)
+    _spent_nothing(own)
+    _spent_nothing(other)
+    # The same accountant on both sides is one ledger: fine.
+    privacy_utility_study(est, X, y, mechanisms=["laplace"], epsilons=[2.0], seeds=[0],
+                          accountant=own, progress=False, references=False)
+    assert own.spent_epsilon == pytest.approx(2.0)
+
 
 # -- invariant 4: fresh entropy, separate streams ---------------------------------------
 
