@@ -12,7 +12,7 @@ from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.neighbors import KNeighborsRegressor
 
 from skdp_label import BudgetAccountant, LabelDPClassifier, LabelDPRegressor
-from skdp_label.mechanisms import Laplace, RandomizedResponse, RRWithPrior
+from skdp_label.mechanisms import Laplace, OptimalUnbiased, RandomizedResponse, RRWithPrior
 from skdp_label.study import privacy_utility_study
 
 pytestmark = pytest.mark.filterwarnings("ignore::skdp_label.PrivacyLeakWarning")
@@ -150,6 +150,21 @@ def test_mechanism_instance_with_the_same_classes_is_accepted():
     est = LabelDPClassifier(LogisticRegression(), mechanism=RandomizedResponse(classes=[0, 1]),
                             classes=np.array([0, 1]), accountant=acc).fit(X, y)
     assert acc.spent_epsilon == 1.0 and est.predict_proba(X[:3]).shape == (3, 2)
+
+
+@pytest.mark.parametrize("mechanism", [
+    Laplace(bounds=(0, 2)), OptimalUnbiased(bounds=(0, 2), resolution=1),
+], ids=["laplace", "unbiased"])
+def test_classifier_refuses_a_regression_mechanism_before_spending(mechanism):
+    # Was: accepted; the labels were charged, then the noisy values (not classes)
+    # failed to encode, with a message blaming the labels.
+    X = np.random.default_rng(1).normal(size=(100, 3))
+    y = np.random.default_rng(2).integers(0, 3, 100)
+    acc = BudgetAccountant()
+    with pytest.raises(ValueError, match="classification mechanism"):
+        LabelDPClassifier(LogisticRegression(), mechanism=mechanism, classes=[0, 1, 2],
+                          accountant=acc, proba_correction=None, majority_guard=False).fit(X, y)
+    _spent_nothing(acc)
 
 
 @pytest.mark.parametrize("flag", [True, False, np.True_])

@@ -462,7 +462,13 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             # An instance's own classes must be the declared ones, in their order: the
             # codes, masks and probability columns follow it, and labels outside them
             # would only fail after the charge.
-            own = mech.get_params(deep=False).get("classes")
+            params = mech.get_params(deep=False)
+            if "classes" not in params:  # its outputs would not be classes: found after the charge
+                raise ValueError(
+                    f"LabelDPClassifier needs a classification mechanism (one that takes "
+                    f"classes: 'rr', 'rr-top-k', 'rr-with-prior'); got {type(mech).__name__}."
+                )
+            own = params["classes"]
             if own is not None and not np.array_equal(np.asarray(own), classes):
                 raise ValueError(
                     f"{type(mech).__name__}(classes={public_repr(own)}) differs from "
