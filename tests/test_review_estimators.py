@@ -86,6 +86,39 @@ def test_fitted_classifiers_pickles_hold_no_class_count(params):
     assert _exact_values_in(blob, _class_statistics(codes, 5), codes) == []
 
 
+# -- invariant 2: the report, the fitted attribute and the ledger agree ----------------------
+
+@pytest.mark.parametrize("make", [
+    lambda acc: LabelDPRegressor(Ridge(), "auto", 0.7, bounds=BOUNDS, accountant=acc),
+    lambda acc: LabelDPRegressor(Ridge(), "rr-on-bins", 0.7, bounds=BOUNDS, accountant=acc),
+    lambda acc: LabelDPClassifier(LogisticRegression(), "auto", 0.7, classes=range(5),
+                                  accountant=acc),
+    # 90 % of one class (below): 'auto' chooses k = 1 (two histograms).
+    lambda acc: LabelDPClassifier(LogisticRegression(), "auto", 0.31, classes=range(5),
+                                  accountant=acc),
+    lambda acc: LabelDPClassifier(LogisticRegression(), epsilon=0.7, classes=range(5),
+                                  prior="clusters", n_clusters=3, n_stages=2, accountant=acc),
+    lambda acc: LabelDPClassifier(LogisticRegression(), epsilon=0.7, classes=range(5),
+                                  prior="class-frequencies", accountant=acc),
+], ids=["reg-auto", "reg-rr-on-bins", "clf-auto", "clf-auto-k1", "clf-clusters", "clf-freqs"])
+def test_report_attribute_and_ledger_agree_over_refits(make):
+    X, y, codes = _data(n=400)
+    acc = BudgetAccountant()
+    est = make(acc)
+    if est.epsilon == 0.31:
+        codes = np.where(np.random.default_rng(3).random(400) < 0.9, 0, codes)
+    target = codes if isinstance(est, LabelDPClassifier) else y
+    for fits in (1, 2):
+        est.fit(X, target)
+        report = est.privacy_report()
+        assert report.epsilon == pytest.approx(est.epsilon)  # the last fit
+        assert est.epsilon_spent_ == pytest.approx(fits * est.epsilon)  # cumulative
+        assert acc.spent_epsilon == pytest.approx(fits * est.epsilon)
+        assert sum(row["n_labels"] for row in report.steps) >= 400
+        if est.epsilon == 0.31:  # k = 1 in 1500 of 1500 fits
+            assert est.plan_["k"] == 1 and est.stage_sizes_ == [0]
+
+
 # -- invariant 1: no warning fires depending on the private labels ------------------------
 
 class _Majority(ClassifierMixin, BaseEstimator):
