@@ -33,7 +33,8 @@ from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.metrics import check_scoring
 from sklearn.model_selection import GridSearchCV, train_test_split
-from sklearn.utils.validation import check_consistent_length
+from sklearn.utils import get_tags
+from sklearn.utils.validation import check_array, check_consistent_length
 
 from ._accountant import BudgetAccountant
 from .estimators._base import BaseLabelDPEstimator
@@ -266,6 +267,23 @@ def _study_accountant(accountant, estimator, items):
     return BudgetAccountant() if accountant is None else accountant
 
 
+def _check_test_set(estimator, X_train, X_test, y_test):
+    """A given test set's shape and values, before anything runs: a bad one
+    would fail the scoring of every row after its fit was charged."""
+    allow_nan = get_tags(estimator).input_tags.allow_nan
+    kwargs = dict(accept_sparse=True, dtype=None, ensure_2d=False, allow_nd=True)
+    train = check_array(X_train, ensure_all_finite=False, **kwargs)
+    test = check_array(X_test, ensure_all_finite=not allow_nan, input_name="X_test", **kwargs)
+    if train.shape[1:] != test.shape[1:]:
+        raise ValueError(
+            f"X_test has {test.shape[1:]} features per row, X has {train.shape[1:]}.")
+    y_test = np.asarray(y_test)
+    numeric = y_test.dtype.kind in "fc"
+    if estimator._task == "regression" or numeric:  # finite numbers (no value is quoted)
+        check_array(y_test, ensure_2d=False, dtype=None if numeric else np.float64,
+                    input_name="y_test")
+
+
 def _public_range(estimator):
     """Public (lo, hi) of a regression estimator's labels, for the DP mean."""
     if estimator.bounds is not None:
@@ -472,6 +490,7 @@ def privacy_utility_study(
     else:
         check_consistent_length(X_test, y_test)
         X_train, y_train = X, y
+        _check_test_set(estimator, X_train, X_test, y_test)
     y_train = np.asarray(y_train)
 
     regression = estimator._task == "regression"

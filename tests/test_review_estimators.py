@@ -334,6 +334,23 @@ def test_study_refuses_two_accountants_before_anything_runs():
     assert own.spent_epsilon == pytest.approx(2.0)
 
 
+@pytest.mark.parametrize("test_set, match", [
+    (lambda X, y: (X[:20, :2], y[:20]), "features"),
+    (lambda X, y: (np.full((20, 3), np.nan), y[:20]), "NaN"),
+    (lambda X, y: (X[:20], np.full(20, np.nan)), "NaN"),
+], ids=["features", "nan-features", "nan-labels"])
+def test_study_refuses_a_bad_test_set_before_anything_runs(test_set, match):
+    # Was: every row was fitted and charged, then failed its scoring.
+    X, y, _ = _data(n=80)
+    X_test, y_test = test_set(X, y)
+    acc = BudgetAccountant()
+    with pytest.raises(ValueError, match=match):
+        privacy_utility_study(LabelDPRegressor(Ridge(), bounds=BOUNDS), X, y, X_test=X_test,
+                              y_test=y_test, mechanisms=["laplace"], epsilons=[1.0], seeds=[0],
+                              accountant=acc, progress=False)
+    _spent_nothing(acc)
+
+
 # -- invariant 4: fresh entropy, separate streams ---------------------------------------
 
 def test_unseeded_auto_classifier_fits_draw_independent_histograms():
