@@ -483,6 +483,11 @@ def privacy_utility_study(
     if (X_test is None) != (y_test is None):
         raise ValueError("give both X_test and y_test, or neither.")
     check_consistent_length(X, y)
+    if np.ndim(y) > 1 and np.shape(y)[1] > 1:
+        # Each row's labels would all be released: k times epsilon per fit, and the
+        # DP constant's mean of all the columns would be charged for one.
+        raise ValueError(
+            f"privacy_utility_study compares fits on one label column; y has {np.shape(y)[1]}.")
     if X_test is None:
         X_train, X_test, y_train, y_test = train_test_split(
             X, y, test_size=test_size, random_state=split_random_state

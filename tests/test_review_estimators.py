@@ -351,6 +351,19 @@ def test_study_refuses_a_bad_test_set_before_anything_runs(test_set, match):
     _spent_nothing(acc)
 
 
+def test_study_refuses_several_label_columns_before_anything_runs():
+    # Was: each fit charged 2 epsilon (two labels per row) against a total checked
+    # for 1, and the DP constant's mean of both columns was charged epsilon for a
+    # release that changes by two labels per row.
+    X, y, _ = _data(n=80)
+    acc = BudgetAccountant()
+    with pytest.raises(ValueError, match="one label column"):
+        privacy_utility_study(LabelDPRegressor(Ridge(), bounds=BOUNDS), X, np.c_[y, 10 - y],
+                              mechanisms=["laplace"], epsilons=[1.0], seeds=[0], accountant=acc,
+                              progress=False)
+    _spent_nothing(acc)
+
+
 # -- invariant 4: fresh entropy, separate streams ---------------------------------------
 
 def test_unseeded_auto_classifier_fits_draw_independent_histograms():
