@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.neighbors import KNeighborsRegressor
 
@@ -149,6 +149,32 @@ def test_classifier_warnings_do_not_depend_on_the_labels():
                               proba_correction=None).fit(X, y)
         messages.append(sorted(str(w.message) for w in caught))
     assert messages[0] == messages[1] == []
+
+
+class _Mean(RegressorMixin, BaseEstimator):
+    """Predicts the mean (noisy) label; validates nothing."""
+
+    def fit(self, X, y):
+        self.mean_ = float(np.mean(y))
+        return self
+
+    def predict(self, X):
+        return np.full(len(X), self.mean_)
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "rr-on-bins", "unbiased", "auto"])
+def test_regressor_warnings_do_not_depend_on_the_labels(mechanism):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    labels = [rng.uniform(0, 10, 200), np.zeros(200), np.r_[rng.uniform(0, 10, 190), [50.0] * 10]]
+    messages = []
+    for y in labels:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            LabelDPRegressor(_Mean(), mechanism, 0.5, bounds=BOUNDS, shrinkage=None,
+                             mechanism_params={"out_of_bounds": "clip"}).fit(X, y)
+        messages.append(sorted({str(w.message) for w in caught}))
+    assert messages[0] == messages[1] == messages[2]
 
 
 # -- invariants 2 and 5: refused before anything is spent -----------------------------------
