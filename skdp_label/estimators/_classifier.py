@@ -127,8 +127,9 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         ``predict_proba``. It is trained on class codes ``0 .. K-1``.
     mechanism : {'rr-with-prior', 'rr-top-k', 'rr', 'auto'} or mechanism instance, \
             default='rr-with-prior'
-        Label mechanism (a registered classification name, or an instance,
-        which is cloned and given this estimator's ``epsilon``). ``'auto'``
+        Label mechanism (a registered classification name, or an instance
+        of one, which is cloned and given this estimator's ``epsilon``; its
+        ``classes``, if set, must be ``classes``, in order). ``'auto'``
         follows the documented rule (docs/classification.md): plain
         randomized response when a prior cannot pay for itself (decided from
         epsilon, n and K before spending), else a private class histogram of
