@@ -33,7 +33,8 @@ from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.metrics import check_scoring
 from sklearn.model_selection import GridSearchCV, train_test_split
-from sklearn.utils.validation import check_consistent_length
+from sklearn.utils import get_tags
+from sklearn.utils.validation import check_array, check_consistent_length
 
 from ._accountant import BudgetAccountant
 from .estimators._base import BaseLabelDPEstimator
@@ -247,6 +248,42 @@ def _mechanism_labels(mechanisms):
     return items
 
 
+def _study_accountant(accountant, estimator, items):
+    """The one accountant every row is charged to: ``accountant``, else the one
+    the template or the mechanism instances carry (the study must not bypass
+    their budget), else a fresh unlimited one."""
+    attached = [estimator.accountant] + [getattr(m, "accountant", None) for _, m in items]
+    ledgers = {a.ledger_id: a for a in attached if isinstance(a, BudgetAccountant)}
+    if accountant is not None:
+        ledgers.pop(accountant.ledger_id, None)
+    if len(ledgers) > (1 if accountant is None else 0):
+        raise ValueError(
+            "the study charges every fit to one accountant, but the estimator or its "
+            "mechanisms carry another one, whose budget would be bypassed; pass that "
+            "accountant as accountant= (or remove it from them)."
+        )
+    if accountant is None:
+        accountant = next(iter(ledgers.values()), None)
+    return BudgetAccountant() if accountant is None else accountant
+
+
+def _check_test_set(estimator, X_train, X_test, y_test):
+    """A given test set's shape and values, before anything runs: a bad one
+    would fail the scoring of every row after its fit was charged."""
+    allow_nan = get_tags(estimator).input_tags.allow_nan
+    kwargs = dict(accept_sparse=True, dtype=None, ensure_2d=False, allow_nd=True)
+    train = check_array(X_train, ensure_all_finite=False, **kwargs)
+    test = check_array(X_test, ensure_all_finite=not allow_nan, input_name="X_test", **kwargs)
+    if train.shape[1:] != test.shape[1:]:
+        raise ValueError(
+            f"X_test has {test.shape[1:]} features per row, X has {train.shape[1:]}.")
+    y_test = np.asarray(y_test)
+    numeric = y_test.dtype.kind in "fc"
+    if estimator._task == "regression" or numeric:  # finite numbers (no value is quoted)
+        check_array(y_test, ensure_2d=False, dtype=None if numeric else np.float64,
+                    input_name="y_test")
+
+
 def _public_range(estimator):
     """Public (lo, hi) of a regression estimator's labels, for the DP mean."""
     if estimator.bounds is not None:
@@ -373,9 +410,11 @@ def privacy_utility_study(
         ``__main__``).
     accountant : BudgetAccountant, optional
         Charged with every release of the study (each fit and each
-        epsilon-DP constant, as its own release); a fresh unlimited one by
-        default. The whole study is checked against it before anything
-        runs.
+        epsilon-DP constant, as its own release); by default the
+        accountant of ``estimator`` or of the mechanism instances, else a
+        fresh unlimited one. Another accountant attached to them is refused
+        (its budget would be bypassed). The whole study is checked against
+        it before anything runs.
     references : bool, default=True
         Whether to add the reference rows: ``'non-private'`` (the base
         estimator fitted on the true labels, tuned over the estimator's
@@ -440,9 +479,15 @@ def privacy_utility_study(
         )
     if accountant is not None and not isinstance(accountant, BudgetAccountant):
         raise ValueError("accountant must be a BudgetAccountant or None.")
+    accountant = _study_accountant(accountant, estimator, items)
     if (X_test is None) != (y_test is None):
         raise ValueError("give both X_test and y_test, or neither.")
     check_consistent_length(X, y)
+    if np.ndim(y) > 1 and np.shape(y)[1] > 1:
+        # Each row's labels would all be released: k times epsilon per fit, and the
+        # DP constant's mean of all the columns would be charged for one.
+        raise ValueError(
+            f"privacy_utility_study compares fits on one label column; y has {np.shape(y)[1]}.")
     if X_test is None:
         X_train, X_test, y_train, y_test = train_test_split(
             X, y, test_size=test_size, random_state=split_random_state
@@ -450,6 +495,7 @@ def privacy_utility_study(
     else:
         check_consistent_length(X_test, y_test)
         X_train, y_train = X, y
+        _check_test_set(estimator, X_train, X_test, y_test)
     y_train = np.asarray(y_train)
 
     regression = estimator._task == "regression"
@@ -458,7 +504,6 @@ def privacy_utility_study(
             value_range = _public_range(estimator)
         else:
             classes = estimator._validate_targets(y_train)[1]
-    accountant = BudgetAccountant() if accountant is None else accountant
     configurations = []
     for label, mechanism in items:
         for eps in epsilons:

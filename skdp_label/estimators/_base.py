@@ -185,8 +185,13 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
                 )
             if name == "sample_weight" and value is not None:
                 _check_sample_weight(value, X)
-                if not np.all(np.isfinite(np.asarray(value, dtype=np.float64))):
+                weights = np.asarray(value, dtype=np.float64)
+                if not np.all(np.isfinite(weights)):
                     raise ValueError("sample_weight must be finite.")
+                # Refused now rather than by the base estimator (Ridge) or the guards
+                # (a negative standard error) after the labels are charged.
+                if np.any(weights < 0):
+                    raise ValueError("sample_weight must be non-negative; got negative weights.")
             elif hasattr(value, "__len__") and not isinstance(value, (str, dict)) and np.ndim(value) >= 1:
                 if _num_samples(value) != n_samples:
                     raise ValueError(

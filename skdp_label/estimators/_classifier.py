@@ -127,8 +127,9 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         ``predict_proba``. It is trained on class codes ``0 .. K-1``.
     mechanism : {'rr-with-prior', 'rr-top-k', 'rr', 'auto'} or mechanism instance, \
             default='rr-with-prior'
-        Label mechanism (a registered classification name, or an instance,
-        which is cloned and given this estimator's ``epsilon``). ``'auto'``
+        Label mechanism (a registered classification name, or an instance
+        of one, which is cloned and given this estimator's ``epsilon``; its
+        ``classes``, if set, must be ``classes``, in order). ``'auto'``
         follows the documented rule (docs/classification.md): plain
         randomized response when a prior cannot pay for itself (decided from
         epsilon, n and K before spending), else a private class histogram of
@@ -371,7 +372,11 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
 
     def _validate_targets(self, y):
         y = column_or_1d(y, warn=True)
-        check_classification_targets(y)
+        with warnings.catch_warnings():
+            # scikit-learn warns when more than half of the rows hold distinct
+            # classes: a count of the classes present in the private labels.
+            warnings.filterwarnings("ignore", "The number of unique classes", UserWarning)
+            check_classification_targets(y)
         # The classes are a public input: the set of classes present in the
         # private labels is a label statistic and is never read off them.
         classes = check_classes(self.classes, owner=type(self).__name__)
@@ -454,7 +459,24 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
 
     def _make_mechanism(self, plan, epsilon, random_state, classes):
         if self.mechanism != "auto":
-            return self._build_mechanism(epsilon, random_state, None, classes=classes)
+            mech = self._build_mechanism(epsilon, random_state, None, classes=classes)
+            # An instance's own classes must be the declared ones, in their order: the
+            # codes, masks and probability columns follow it, and labels outside them
+            # would only fail after the charge.
+            params = mech.get_params(deep=False)
+            if "classes" not in params:  # its outputs would not be classes: found after the charge
+                raise ValueError(
+                    f"LabelDPClassifier needs a classification mechanism (one that takes "
+                    f"classes: 'rr', 'rr-top-k', 'rr-with-prior'); got {type(mech).__name__}."
+                )
+            own = params["classes"]
+            if own is not None and not np.array_equal(np.asarray(own), classes):
+                raise ValueError(
+                    f"{type(mech).__name__}(classes={public_repr(own)}) differs from "
+                    f"classes={public_repr(classes)}; give the mechanism the same classes in "
+                    "the same order, or leave its classes unset."
+                )
+            return mech
         mech = make_mechanism(plan["mechanism"], task=self._task, epsilon=epsilon,
                               random_state=random_state, classes=classes)
         mech._ledger_context = {"estimator": type(self).__name__}
@@ -462,6 +484,9 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
 
     def _check_noise_options(self, mechanisms):
         """The correction options need the noise to be RR-Top-k (known T)."""
+        if isinstance(self.shrinkage, (bool, np.bool_)):  # a bool is a Real: True would mean 1
+            raise ValueError(
+                f"shrinkage must be 'auto', a float in [0, 1] or None; got {self.shrinkage!r}.")
         uses_noise = (self.proba_correction is not None or self.shrinkage is not None
                       or _is_noise_aware(self.base_estimator))
         if self.shrinkage is not None:

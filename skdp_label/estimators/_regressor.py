@@ -433,9 +433,12 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         if len(names) < 2:
             return {}
         eps_labels = float(mechanism.epsilon) - mechanism.prior_epsilon_
-        risks, _ = compare_candidates(
-            values, prior, eps_labels, self.n_eff_, names, fitted={name: mechanism}
-        )
+        try:
+            risks, _ = compare_candidates(
+                values, prior, eps_labels, self.n_eff_, names, fitted={name: mechanism}
+            )
+        except ValueError:  # e.g. an alternative refuses eps_labels: the prior is spent by now,
+            return {}  # and this comparison is only advice
         best = min(risks, key=lambda k: risks[k]["risk"])
         var = prior_variance(values, prior)
         if var > 0 and risks[name]["risk"] > self._far_from_best * risks[best]["risk"]:
