@@ -28,6 +28,7 @@ import numpy as np
 
 from ._philox import begin_row
 from ._intrinsics import float_bits, prefetch
+from ._twin import kernel_for
 
 _DIGIT = 2.0**53  # one digit = the 53 random bits of rng.random()
 _DIGIT_INT = 2**53
@@ -45,6 +46,13 @@ _FINE_BITS = 2.0**44
 # 2**-1060), and so the largest -log of it.
 _SMALLEST_UNIFORM = math.ldexp(1.0, -1074)
 MAX_EXPONENTIAL = 1074 * math.log(2.0)
+# Calls up to this size run their kernel's Python twin (_twin.py: the same
+# source, the same draws bit for bit) while the process has not loaded the
+# compiled kernel: interpreted, a noise draw costs 1-4 us and a label 4-17 us
+# (at most ~0.05-0.1 s here), against ~1 s to compile a kernel in a fresh
+# environment and 0.1-0.5 s to load it from numba's cache.
+_TWIN_MAX_DRAWS = 10_000
+_TWIN_MAX_LABELS = 5_000
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -287,7 +295,7 @@ def staircase_noise(rng, lam, width=1, r=1, size=None):
         # the only staircase draws of a fit) has its own small kernel, about
         # half the compile time of the general one; the same draws.
         out = np.empty(int(size), dtype=np.float64)
-        _discrete_laplace(rng, c, out)
+        kernel_for(_discrete_laplace, rng, out.shape[0], _TWIN_MAX_DRAWS)(rng, c, out)
         return out
     # The kernel of staircase_additive on zero labels (rint(0) + Z exactly):
     # one compiled kernel fewer, the same draws row by row.
@@ -333,7 +341,8 @@ def staircase_additive(y, rng, granularity, c, clip, lo, hi):
     when ``clip``. Every output is an exact multiple of ``g``.
     """
     out = np.empty(y.shape[0], dtype=np.float64)
-    _staircase_additive(y, rng, granularity, c, clip, lo, hi, out)
+    kernel = kernel_for(_staircase_additive, rng, y.shape[0], _TWIN_MAX_LABELS)
+    kernel(y, rng, granularity, c, clip, lo, hi, out)
     return out
 
 
@@ -1026,7 +1035,7 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=
     out = np.empty(n, dtype=np.float64)
     outputs = np.ascontiguousarray(outputs, dtype=np.float64)
     heads, cells, *groups = tables
-    _DISCRETE_ROWS[rounding, use_rr](
+    kernel_for(_DISCRETE_ROWS[rounding, use_rr], rng, n, _TWIN_MAX_LABELS)(
         codes, y, *grid, rr, rng, outputs, out, np.empty((3, _BLOCK), dtype=np.int64),
         np.empty((2, _BLOCK)), heads, cells.reshape(-1), 2 * cells.shape[1], *groups,
     )
