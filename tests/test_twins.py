@@ -17,6 +17,7 @@
 """
 
 import math
+import sys
 
 import numba
 import numpy as np
@@ -24,7 +25,8 @@ import pytest
 
 from skdp_label._kernels import _sampling as S
 from skdp_label._kernels import _twin
-from skdp_label.mechanisms import get_mechanism_class
+from skdp_label._warmup import _public_inputs
+from skdp_label.mechanisms import get_mechanism_class, mechanism_names
 from test_fast_samplers import _heavy_tail_matrix, _keyed
 from test_numerics import DIGIT, digits_used, scripted
 
@@ -49,7 +51,8 @@ def test_scalar_bindings_are_the_compiled_ones():
     rng = np.random.default_rng(0)
     x = np.concatenate([
         rng.random(20_000), rng.random(5_000) * 745.0, np.ldexp(rng.random(5_000), -1070),
-        1.0 - rng.random(2_000) * 1e-12, np.arange(-10, 10) / 3.7, [0.0, -0.0, 5e-324, 1.0, 2.0**60],
+        1.0 - rng.random(2_000) * 1e-12, np.arange(-10, 10) / 3.7,
+        [0.0, -0.0, 5e-324, 1.0, 2.0**60],
     ])
     compiled = np.empty((3, x.shape[0]))
     _numba_scalars(x, compiled)
@@ -82,7 +85,9 @@ def test_discrete_laplace_twin_is_the_kernel(lam):
     assert np.unique(ref).size > (2 if lam > 2 else 10)
 
 
-@pytest.mark.parametrize("lam, width, r", [(1.0, 3, 2), (0.01, 40, 7), (2.0**-14, 5, 5), (0.5, 1, 1)])
+@pytest.mark.parametrize(
+    "lam, width, r", [(1.0, 3, 2), (0.01, 40, 7), (2.0**-14, 5, 5), (0.5, 1, 1)]
+)
 @pytest.mark.parametrize("clip", [False, True])
 def test_staircase_twin_is_the_kernel(lam, width, r, clip):
     y = np.random.default_rng(1).normal(size=2000) * 60.0
@@ -114,9 +119,24 @@ def _rows_call(rounding, use_rr, n):
     return outputs, kwargs
 
 
+def _force(m, use_twin):
+    """Make every module that picks kernels with ``kernel_for`` run the twins
+    (or the compiled kernels) whatever the size."""
+    used = []
+
+    def forced(kernel, *args):
+        used.append(kernel.py_func.__name__)
+        return _twin.twin(kernel) if use_twin else kernel
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "kernel_for", None) is _twin.kernel_for and module is not _twin:
+            m.setattr(module, "kernel_for", forced)
+    return used
+
+
 def _sample(monkeypatch, use_twin, rng, outputs, kwargs):
     with monkeypatch.context() as m:
-        m.setattr(S, "kernel_for", lambda kernel, *a: _twin.twin(kernel) if use_twin else kernel)
+        _force(m, use_twin)
         return S.sample_rows(rng, outputs, **kwargs)
 
 
@@ -226,23 +246,21 @@ def test_a_twin_refuses_an_unknown_intrinsic():
         _twin.twin(kernel)
 
 
-# Mechanisms whose small fits go through the twins: noisy priors (discrete
-# Laplace histograms), rounding onto grids with tables or RR, staircases.
-@pytest.mark.parametrize("name, kwargs", [
-    ("unbiased", {"bounds": (0, 50)}),
-    ("rr-on-bins", {"bounds": (0, 50)}),
-    ("mvu", {"bounds": (0, 50), "outputs": 4}),
-    ("staircase", {"bounds": (0, 50)}),
-    ("discrete-laplace", {"bounds": (0, 50)}),
-    ("rr-with-prior-regression", {"bounds": (0, 50)}),
-])
-def test_seeded_fits_are_the_same_through_twins(monkeypatch, name, kwargs):
-    y = np.random.default_rng(0).integers(0, 51, 400).astype(np.float64)
+# Every mechanism, on the warm-up's public inputs (bounds (0, 50) or five
+# classes; 400 labels); and RR on classes that are not contiguous integers.
+@pytest.mark.parametrize("name, classes", [(name, None) for name in mechanism_names()] + [
+    ("rr", np.arange(0, 10, 2))])
+def test_seeded_fits_are_the_same_through_twins(monkeypatch, name, classes):
+    kwargs, y = _public_inputs(name)
+    y = y[:400]
+    if classes is not None:
+        kwargs, y = {"classes": classes}, 2 * y
     outs = []
     for use_twin in (True, False):
         with monkeypatch.context() as m:
-            m.setattr(S, "kernel_for", lambda kernel, *a: _twin.twin(kernel) if use_twin else kernel)
+            used = _force(m, use_twin)
             mech = get_mechanism_class(name)(epsilon=1.0, random_state=5, **kwargs)
             outs.append(mech.fit_transform(y))
+    assert used  # every mechanism samples through kernel_for
     assert _same(outs[0], outs[1])
     assert not np.array_equal(outs[0], y)

@@ -28,7 +28,7 @@ import numpy as np
 
 from ._philox import begin_row
 from ._intrinsics import float_bits, prefetch
-from ._twin import kernel_for
+from ._twin import MAX_DRAWS, kernel_for
 
 _DIGIT = 2.0**53  # one digit = the 53 random bits of rng.random()
 _DIGIT_INT = 2**53
@@ -46,13 +46,6 @@ _FINE_BITS = 2.0**44
 # 2**-1060), and so the largest -log of it.
 _SMALLEST_UNIFORM = math.ldexp(1.0, -1074)
 MAX_EXPONENTIAL = 1074 * math.log(2.0)
-# Calls up to this size run their kernel's Python twin (_twin.py: the same
-# source, the same draws bit for bit) while the process has not loaded the
-# compiled kernel: interpreted, a noise draw costs 1-4 us and a label 4-17 us
-# (at most ~0.05-0.1 s here), against ~1 s to compile a kernel in a fresh
-# environment and 0.1-0.5 s to load it from numba's cache.
-_TWIN_MAX_DRAWS = 10_000
-_TWIN_MAX_LABELS = 5_000
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -295,7 +288,7 @@ def staircase_noise(rng, lam, width=1, r=1, size=None):
         # the only staircase draws of a fit) has its own small kernel, about
         # half the compile time of the general one; the same draws.
         out = np.empty(int(size), dtype=np.float64)
-        kernel_for(_discrete_laplace, rng, out.shape[0], _TWIN_MAX_DRAWS)(rng, c, out)
+        kernel_for(_discrete_laplace, rng, out.shape[0], MAX_DRAWS)(rng, c, out)
         return out
     # The kernel of staircase_additive on zero labels (rint(0) + Z exactly):
     # one compiled kernel fewer, the same draws row by row.
@@ -341,7 +334,7 @@ def staircase_additive(y, rng, granularity, c, clip, lo, hi):
     when ``clip``. Every output is an exact multiple of ``g``.
     """
     out = np.empty(y.shape[0], dtype=np.float64)
-    kernel = kernel_for(_staircase_additive, rng, y.shape[0], _TWIN_MAX_LABELS)
+    kernel = kernel_for(_staircase_additive, rng, y.shape[0])
     kernel(y, rng, granularity, c, clip, lo, hi, out)
     return out
 
@@ -469,7 +462,7 @@ def discrete_gaussian(rng, n, sigma, c):
     tails are accepted at their true (tiny) rate.
     """
     out = np.empty(int(n), dtype=np.float64)
-    _discrete_gaussian(rng, float(sigma), c, out)
+    kernel_for(_discrete_gaussian, rng, out.shape[0], MAX_DRAWS)(rng, float(sigma), c, out)
     return out
 
 
@@ -494,7 +487,8 @@ def gaussian_additive(y, rng, granularity, table, clip, lo, hi):
     clipped (as :func:`staircase_additive`), drawn by rejection from the
     envelope of ``table`` (``gaussian_cell_table``): about two digits a label."""
     out = np.empty(y.shape[0], dtype=np.float64)
-    _gaussian_additive(y, rng, granularity, *table, clip, lo, hi, out)
+    kernel = kernel_for(_gaussian_additive, rng, y.shape[0])
+    kernel(y, rng, granularity, *table, clip, lo, hi, out)
     return out
 
 
@@ -612,7 +606,8 @@ def randomized_response_contiguous(y, rng, lo, n_classes, c):
     Returns noisy labels (not codes) in the dtype of ``y``.
     """
     out = np.empty_like(y)
-    _randomized_response_contiguous(y, rng, lo, n_classes, c, out)
+    kernel = kernel_for(_randomized_response_contiguous, rng, y.shape[0])
+    kernel(y, rng, lo, n_classes, c, out)
     return out
 
 
@@ -629,7 +624,8 @@ def randomized_response_indices(codes, rng, n_classes, c):
     """k-ary randomized response on class codes."""
     codes = np.ascontiguousarray(codes, dtype=np.int64)
     out = np.empty(codes.shape[0], dtype=np.int64)
-    _randomized_response_indices(codes, rng, n_classes, c, out)
+    kernel = kernel_for(_randomized_response_indices, rng, codes.shape[0])
+    kernel(codes, rng, n_classes, c, out)
     return out
 
 
@@ -1035,7 +1031,7 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=
     out = np.empty(n, dtype=np.float64)
     outputs = np.ascontiguousarray(outputs, dtype=np.float64)
     heads, cells, *groups = tables
-    kernel_for(_DISCRETE_ROWS[rounding, use_rr], rng, n, _TWIN_MAX_LABELS)(
+    kernel_for(_DISCRETE_ROWS[rounding, use_rr], rng, n)(
         codes, y, *grid, rr, rng, outputs, out, np.empty((3, _BLOCK), dtype=np.int64),
         np.empty((2, _BLOCK)), heads, cells.reshape(-1), 2 * cells.shape[1], *groups,
     )

@@ -39,7 +39,15 @@ from numba.core.extending import _Intrinsic
 from ._intrinsics import float_bits, prefetch
 from ._philox import begin_row
 
-__all__ = ["twin", "kernel_for"]
+__all__ = ["twin", "kernel_for", "MAX_DRAWS", "MAX_LABELS"]
+
+# Calls up to these sizes run the twin while the process has not loaded the
+# compiled kernel. Interpreted, a noise draw costs 1-4 us and a label 4-17 us
+# (measured on the samplers: at most ~0.05-0.1 s a call), against ~1 s to
+# compile a kernel in a fresh environment and 0.1-0.5 s to load it from a warm
+# numba cache; past them the compiled kernel (~20-100 ns a label) wins.
+MAX_DRAWS = 10_000  # noise draws (noisy histograms and sums)
+MAX_LABELS = 5_000  # labels
 
 _DOUBLE = struct.Struct("<d")
 _INT64 = struct.Struct("<q")
@@ -114,13 +122,15 @@ def twin(kernel):
     closure = func.__closure__
     if closure is not None:
         closure = tuple(types.CellType(_rebind(cell.cell_contents)) for cell in closure)
-    twin_func = types.FunctionType(func.__code__, namespace, func.__name__, func.__defaults__, closure)
+    twin_func = types.FunctionType(
+        func.__code__, namespace, func.__name__, func.__defaults__, closure
+    )
     twin_func.__doc__ = func.__doc__
     _TWINS[kernel] = twin_func
     return twin_func
 
 
-def kernel_for(kernel, rng, n, max_n):
+def kernel_for(kernel, rng, n, max_n=MAX_LABELS):
     """``kernel``, or its twin for ``n <= max_n`` units of work (labels,
     draws) from a numpy ``Generator`` while this process has not loaded the
     compiled kernel (then it is the faster one). Keyed sources always run
