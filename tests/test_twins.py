@@ -218,17 +218,22 @@ def test_a_wrong_float_bits_is_caught(monkeypatch):
 # -- public paths --------------------------------------------------------------
 
 
-def test_kernel_for_picks_the_twin_only_for_small_generator_calls():
-    @numba.njit
-    def kernel(x):
+def test_kernel_for_interprets_a_bounded_amount_of_generator_work():
+    def kernel_of(x):
         return x + 1.0
 
     rng = np.random.default_rng(0)
-    assert _twin.kernel_for(kernel, rng, 10, 10) is _twin.twin(kernel)
-    assert _twin.kernel_for(kernel, rng, 11, 10) is kernel
-    assert _twin.kernel_for(kernel, _keyed(3), 1, 10) is kernel  # keyed: compiled
+    kernel = numba.njit(kernel_of)
+    assert _twin.kernel_for(kernel, rng, 6, 10) is _twin.twin(kernel)
+    assert _twin.kernel_for(kernel, rng, 4, 10) is _twin.twin(kernel)
+    assert _twin.kernel_for(kernel, rng, 1, 10) is kernel  # 10 units interpreted: compile
     assert _twin.twin(kernel)(1.0) == kernel(1.0) == 2.0
-    assert _twin.kernel_for(kernel, rng, 1, 10) is kernel  # compiled in this process now
+    other = numba.njit(kernel_of)
+    assert _twin.kernel_for(other, rng, 11, 10) is other  # a large call
+    assert _twin.kernel_for(other, _keyed(3), 1, 10) is other  # keyed: compiled
+    assert _twin.kernel_for(other, rng, 1, 10) is _twin.twin(other)
+    other(1.0)
+    assert _twin.kernel_for(other, rng, 1, 10) is other  # compiled in this process now
 
 
 def test_a_twin_refuses_an_unknown_intrinsic():

@@ -25,7 +25,8 @@ and does the same float64 operations, so it returns the kernel's output bit
 for bit (tests/test_twins.py checks it across the samplers' paths): which
 outputs are reachable, and their probabilities, are the kernel's.
 :func:`kernel_for` picks the twin for small calls on a numpy ``Generator``
-in a process that has not yet loaded the compiled kernel.
+in a process that has not yet loaded the compiled kernel, up to a total
+amount of interpreted work per kernel.
 """
 
 import math
@@ -41,11 +42,11 @@ from ._philox import begin_row
 
 __all__ = ["twin", "kernel_for", "MAX_DRAWS", "MAX_LABELS"]
 
-# Calls up to these sizes run the twin while the process has not loaded the
-# compiled kernel. Interpreted, a noise draw costs 1-4 us and a label 4-17 us
-# (measured on the samplers: at most ~0.05-0.1 s a call), against ~1 s to
-# compile a kernel in a fresh environment and 0.1-0.5 s to load it from a warm
-# numba cache; past them the compiled kernel (~20-100 ns a label) wins.
+# Work a process runs through a kernel's twin, in all, before it compiles the
+# kernel (kernel_for). Interpreted, a noise draw costs 2-4 us and a label 2-17 us
+# (benchmarks/bench_twins.py: 0.01-0.04 s for MAX_* units), against ~1 s to
+# compile a kernel in a fresh environment, and to load it from a warm numba
+# cache ~0.3 s for a process's first kernel and ~0.01 s for each other.
 MAX_DRAWS = 10_000  # noise draws (noisy histograms and sums)
 MAX_LABELS = 5_000  # labels
 
@@ -98,6 +99,7 @@ class _Numpy:
 _GLOBALS = {id(begin_row): _begin_row, id(prefetch): _prefetch, id(float_bits): _float_bits,
             id(np): _Numpy()}
 _TWINS = {}
+_INTERPRETED = {}  # kernel -> units of work its twin has done in this process
 
 
 def _rebind(value):
@@ -131,10 +133,19 @@ def twin(kernel):
 
 
 def kernel_for(kernel, rng, n, max_n=MAX_LABELS):
-    """``kernel``, or its twin for ``n <= max_n`` units of work (labels,
-    draws) from a numpy ``Generator`` while this process has not loaded the
-    compiled kernel (then it is the faster one). Keyed sources always run
-    compiled: they are the labels party's bulk path."""
-    if n <= max_n and isinstance(rng, np.random.Generator) and not kernel.overloads:
-        return twin(kernel)
+    """``kernel``, or its twin for a call of ``n`` units of work (labels,
+    draws) from a numpy ``Generator``, while this process has not loaded the
+    compiled kernel and has interpreted at most ``max_n`` units of it in all.
+
+    The total is what bounds the cost (rent until the rent paid reaches the
+    price): a process that keeps making small calls compiles (or loads) the
+    kernel after ~0.01-0.04 s of interpreting, instead of interpreting for
+    ever. Keyed sources always run compiled: they are the labels party's
+    bulk path.
+    """
+    if isinstance(rng, np.random.Generator) and not kernel.overloads:
+        spent = _INTERPRETED.get(kernel, 0) + n
+        if spent <= max_n:
+            _INTERPRETED[kernel] = spent
+            return twin(kernel)
     return kernel
