@@ -56,7 +56,8 @@ def run_child(name, cache_dir, repo=None, labels=None):
         paths = [os.path.abspath(repo)] + env.get("PYTHONPATH", "").split(os.pathsep)
         env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD.format(name=name, labels=labels)], env=env, capture_output=True, text=True,
+        [sys.executable, "-c", _CHILD.format(name=name, labels=labels)], env=env,
+        capture_output=True, text=True,
         cwd=cache_dir,  # not the current directory: PYTHONPATH decides the code
     )
     if out.returncode != 0:

@@ -251,6 +251,16 @@ def test_a_twin_refuses_an_unknown_intrinsic():
         _twin.twin(kernel)
 
 
+def test_a_twin_refuses_an_unbound_transcendental_function():
+    # numpy's log1p may differ from the C library's in the last bit.
+    @numba.njit
+    def kernel(x):
+        return np.log1p(x)
+
+    with pytest.raises(AttributeError, match="log1p"):
+        _twin.twin(kernel)(0.5)
+
+
 # Every mechanism, on the warm-up's public inputs (bounds (0, 50) or five
 # classes; 400 labels); and RR on classes that are not contiguous integers.
 @pytest.mark.parametrize("name, classes", [(name, None) for name in mechanism_names()] + [

@@ -84,8 +84,17 @@ def _exp(x):
     return math.exp(x) if x < 709.0 else np.exp(x)  # math raises on overflow
 
 
+# numpy functions whose scalar results may differ in the last bit from the C
+# library's (numba's) on some CPUs: a twin must bind them through math first.
+_NOT_BOUND = frozenset(
+    "log1p expm1 log2 log10 exp2 power sin cos tan arcsin arccos arctan arctan2 sinh cosh "
+    "tanh arcsinh arccosh arctanh hypot cbrt".split()
+)
+
+
 class _Numpy:
-    """``np`` inside a twin: numpy, with the scalar functions above."""
+    """``np`` inside a twin: numpy, with the scalar functions above; the
+    other transcendental functions are refused (see _NOT_BOUND)."""
 
     floor = staticmethod(_floor)
     log = staticmethod(_log)
@@ -93,6 +102,8 @@ class _Numpy:
     int64 = int  # truncation toward zero, as numba's float -> int64
 
     def __getattr__(self, name):
+        if name in _NOT_BOUND:
+            raise AttributeError(f"no exact twin of np.{name}: bind it in _twin._Numpy")
         return getattr(np, name)
 
 
