@@ -77,11 +77,17 @@ def _floor(x):
 
 
 def _log(x):
-    return math.log(x) if x > 0.0 else np.log(x)  # math raises at 0 and below
+    # math raises where the C library returns -inf (at 0) or nan (below).
+    if x > 0.0 or x != x:
+        return math.log(x)
+    return -math.inf if x == 0.0 else math.nan
 
 
 def _exp(x):
-    return math.exp(x) if x < 709.0 else np.exp(x)  # math raises on overflow
+    try:
+        return math.exp(x)
+    except OverflowError:  # the C library returns inf
+        return math.inf
 
 
 # numpy functions whose scalar results may differ in the last bit from the C
