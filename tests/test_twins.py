@@ -17,7 +17,6 @@
 """
 
 import math
-import sys
 
 import numba
 import numpy as np
@@ -27,6 +26,7 @@ from skdp_label._kernels import _sampling as S
 from skdp_label._kernels import _twin
 from skdp_label._warmup import _public_inputs
 from skdp_label.mechanisms import get_mechanism_class, mechanism_names
+from conftest import force_kernels
 from test_fast_samplers import _heavy_tail_matrix, _keyed
 from test_numerics import DIGIT, digits_used, scripted
 
@@ -120,24 +120,9 @@ def _rows_call(rounding, use_rr, n):
     return outputs, kwargs
 
 
-def _force(m, use_twin):
-    """Make every module that picks kernels with ``kernel_for`` run the twins
-    (or the compiled kernels) whatever the size."""
-    used = []
-
-    def forced(kernel, *args):
-        used.append(kernel.py_func.__name__)
-        return _twin.twin(kernel) if use_twin else kernel
-
-    for module in list(sys.modules.values()):
-        if getattr(module, "kernel_for", None) is _twin.kernel_for and module is not _twin:
-            m.setattr(module, "kernel_for", forced)
-    return used
-
-
 def _sample(monkeypatch, use_twin, rng, outputs, kwargs):
     with monkeypatch.context() as m:
-        _force(m, use_twin)
+        force_kernels(m, use_twin)
         return S.sample_rows(rng, outputs, **kwargs)
 
 
@@ -274,7 +259,7 @@ def test_seeded_fits_are_the_same_through_twins(monkeypatch, name, classes):
     outs = []
     for use_twin in (True, False):
         with monkeypatch.context() as m:
-            used = _force(m, use_twin)
+            used = force_kernels(m, use_twin)
             mech = get_mechanism_class(name)(epsilon=1.0, random_state=5, **kwargs)
             outs.append(mech.fit_transform(y))
     assert used  # every mechanism samples through kernel_for
