@@ -45,9 +45,9 @@ __all__ = ["twin", "kernel_for", "MAX_DRAWS", "MAX_LABELS"]
 # Work a process runs through a kernel's twin, in all, before it compiles the
 # kernel (kernel_for). Interpreted, a noise draw costs 2-4 us and a label 2-17 us
 # (benchmarks/bench_twins.py: 0.01-0.04 s for MAX_* units, up to ~0.09 s with
-# many exact-tail draws), against ~1 s to
-# compile a kernel in a fresh environment, and to load it from a warm numba
-# cache ~0.3 s for a process's first kernel and ~0.01 s for each other.
+# many exact-tail draws), against ~1 s to compile a kernel in a fresh
+# environment, and to load it from a warm numba cache ~0.3 s for a process's
+# first kernel and ~0.01 s for each other.
 MAX_DRAWS = 10_000  # noise draws (noisy histograms and sums)
 MAX_LABELS = 5_000  # labels
 
