@@ -101,6 +101,26 @@ def test_staircase_twin_is_the_kernel(lam, width, r, clip):
     assert _same(outs[0][0], outs[1][0]) and outs[0][1] == outs[1][1]
 
 
+# Gaussian envelopes of one value a cell (3) and of 16 (900); the proposal
+# sampler (discrete Laplace proposals, exact acceptance) at both scales.
+@pytest.mark.parametrize("sigma", [3.0, 900.0])
+def test_gaussian_twins_are_the_kernels(sigma):
+    from skdp_label.mechanisms.classic._noise import gaussian_cell_table
+
+    table = gaussian_cell_table(sigma)
+    y = np.random.default_rng(2).normal(size=1500) * 2.0 * sigma
+    c = S.staircase_constants(1.0 / (math.floor(sigma) + 1.0), 1, 1)
+    runs = []
+    for pick in (_twin.twin, lambda kernel: kernel):
+        rng, out, noise = np.random.default_rng(6), np.empty(y.shape[0]), np.empty(300)
+        pick(S._gaussian_additive)(y, rng, 0.5, *table, True, -3.0 * sigma, 3.0 * sigma, out)
+        pick(S._discrete_gaussian)(rng, sigma, c, noise)
+        runs.append((out, noise, _state(rng)))
+    assert table[0][4] == (16.0 if sigma > 100 else 1.0)
+    assert _same(runs[0][0], runs[1][0]) and _same(runs[0][1], runs[1][1])
+    assert runs[0][2] == runs[1][2]
+
+
 _VALUES = np.array([0.0, 1.0, 2.5, 3.0, 7.0])
 
 
