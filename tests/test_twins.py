@@ -257,6 +257,13 @@ def test_a_twin_refuses_an_unknown_intrinsic():
         _twin.twin(kernel)
 
 
+@pytest.mark.parametrize("options", [{"fastmath": True}, {"error_model": "numpy"}])
+def test_a_twin_refuses_float_semantics_python_does_not_have(options):
+    kernel = numba.njit(**options)(lambda x: x / 3.0)
+    with pytest.raises(TypeError, match="no exact Python twin"):
+        _twin.twin(kernel)
+
+
 def test_a_twin_refuses_an_unbound_transcendental_function():
     # numpy's log1p may differ from the C library's in the last bit.
     @numba.njit

@@ -134,6 +134,12 @@ def twin(kernel):
     """The Python twin of the jitted ``kernel`` (built once, then cached)."""
     if kernel in _TWINS:
         return _TWINS[kernel]
+    options = kernel.targetoptions
+    if options.get("fastmath") or options.get("error_model") == "numpy":
+        # Reassociated float operations, or inf/nan where Python raises on a
+        # division by zero: CPython would not compute the same values.
+        raise TypeError(f"no exact Python twin of {kernel.py_func.__name__!r}: "
+                        f"compiled with {options}")
     func = kernel.py_func
     namespace = dict(func.__globals__)
     for name in func.__code__.co_names:
