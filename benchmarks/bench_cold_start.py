@@ -1,7 +1,7 @@
 """Cold start: the first fit of each mechanism in a fresh process with an empty numba cache.
 
 Run: python benchmarks/bench_cold_start.py [--names rr laplace ...] [--warm]
-     [--repo /path/to/checkout ...] [--repeats 3]
+     [--repo /path/to/checkout ...] [--repeats 3] [--labels 5000]
 
 For every registered mechanism, a new Python process with its own empty
 ``NUMBA_CACHE_DIR`` (what a fresh install sees: numba has compiled nothing)
@@ -11,7 +11,8 @@ paths run too). ``--warm`` adds a second process on the same, now filled,
 cache directory (what every later process pays). Reports the CPU seconds of
 the first fit per mechanism (the machine may be shared: CPU time is what the
 compilation costs; wall time is printed too); the import of skdp_label is
-timed separately.
+timed separately. ``--labels`` fits the first that many labels of the column
+instead (small fits run the kernels' Python twins: no compilation).
 
 ``--repo`` measures one or more checkouts side by side (each put first on
 ``PYTHONPATH``; by default the ``PYTHONPATH`` of this process decides the
@@ -36,6 +37,7 @@ from skdp_label.mechanisms import get_mechanism_class
 t1 = time.process_time()
 name = {name!r}
 kwargs, column = _public_inputs(name)
+column = column[:{labels}]
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     mech = get_mechanism_class(name)(epsilon=1.0, **kwargs)
@@ -48,13 +50,14 @@ print(json.dumps({{
 """
 
 
-def run_child(name, cache_dir, repo=None):
+def run_child(name, cache_dir, repo=None, labels=None):
     env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir, NUMBA_NUM_THREADS="1")
     if repo is not None:
         paths = [os.path.abspath(repo)] + env.get("PYTHONPATH", "").split(os.pathsep)
         env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD.format(name=name)], env=env, capture_output=True, text=True,
+        [sys.executable, "-c", _CHILD.format(name=name, labels=labels)], env=env,
+        capture_output=True, text=True,
         cwd=cache_dir,  # not the current directory: PYTHONPATH decides the code
     )
     if out.returncode != 0:
@@ -64,11 +67,11 @@ def run_child(name, cache_dir, repo=None):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def measure(name, repo, warm):
+def measure(name, repo, warm, labels=None):
     """(cold, warm or None): each a fresh process, the cold one on an empty cache."""
     with tempfile.TemporaryDirectory(prefix="numba-cold-") as cache_dir:
-        cold = run_child(name, cache_dir, repo)
-        return cold, (run_child(name, cache_dir, repo) if warm else None)
+        cold = run_child(name, cache_dir, repo, labels)
+        return cold, (run_child(name, cache_dir, repo, labels) if warm else None)
 
 
 def _median(runs, key):
@@ -83,6 +86,8 @@ def main():
                         help="checkouts to measure side by side")
     parser.add_argument("--repeats", type=int, default=1,
                         help="fresh processes per measurement (median)")
+    parser.add_argument("--labels", type=int, default=None,
+                        help="fit only the first LABELS labels (default: all 20,000)")
     args = parser.parse_args()
     if args.names:
         names = args.names
@@ -92,7 +97,8 @@ def main():
         names = list(mechanism_names())
     repos = args.repo or [None]
     print(f"{os.getloadavg()[0]:.2f} load average (1 min) at start; one numba thread per process; "
-          f"median of {args.repeats}; CPU seconds (wall in brackets)")
+          f"median of {args.repeats}; CPU seconds (wall in brackets); "
+          f"{args.labels or 'all 20,000'} labels")
     labels = [os.path.basename(os.path.abspath(r)) if r else "PYTHONPATH" for r in repos]
     header = f"{'mechanism':<26}{'checkout':<14}{'import':>8}{'first fit, cold':>24}"
     if args.warm:
@@ -103,7 +109,7 @@ def main():
         runs = {label: ([], []) for label in labels}
         for _ in range(args.repeats):
             for repo, label in zip(repos, labels):  # alternate: the load drifts
-                cold, warm = measure(name, repo, args.warm)
+                cold, warm = measure(name, repo, args.warm, args.labels)
                 runs[label][0].append(cold)
                 if warm is not None:
                     runs[label][1].append(warm)

@@ -20,6 +20,11 @@ from skdp_label.mechanisms.unbiased import randomized_rounding_indices
 from test_numerics import DIGIT, _implied, scripted
 
 
+# The compiled kernels, whatever the size (small calls would run the Python
+# twins: bit-identical, tests/test_twins.py).
+pytestmark = pytest.mark.usefixtures("compiled_kernels")
+
+
 def implied_matrix(tables, n_out):
     """The distribution each row of ``tables`` samples from (up to digit
     quantisation, which the builder bounds)."""

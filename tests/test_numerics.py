@@ -37,6 +37,10 @@ from skdp_label.mechanisms._base import BaseLabelMechanism
 from skdp_label.mechanisms.classic._noise import staircase_pmf, staircase_tail
 from skdp_label.utils._random import power_of_two_grid
 
+# The compiled kernels, whatever the size (small calls would run the Python
+# twins: bit-identical, tests/test_twins.py).
+pytestmark = pytest.mark.usefixtures("compiled_kernels")
+
 DIGIT = 2**53
 
 

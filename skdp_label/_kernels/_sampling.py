@@ -28,6 +28,7 @@ import numpy as np
 
 from ._philox import begin_row
 from ._intrinsics import float_bits, prefetch
+from ._twin import MAX_DRAWS, kernel_for
 
 _DIGIT = 2.0**53  # one digit = the 53 random bits of rng.random()
 _DIGIT_INT = 2**53
@@ -287,7 +288,7 @@ def staircase_noise(rng, lam, width=1, r=1, size=None):
         # the only staircase draws of a fit) has its own small kernel, about
         # half the compile time of the general one; the same draws.
         out = np.empty(int(size), dtype=np.float64)
-        _discrete_laplace(rng, c, out)
+        kernel_for(_discrete_laplace, rng, out.shape[0], MAX_DRAWS)(rng, c, out)
         return out
     # The kernel of staircase_additive on zero labels (rint(0) + Z exactly):
     # one compiled kernel fewer, the same draws row by row.
@@ -333,7 +334,8 @@ def staircase_additive(y, rng, granularity, c, clip, lo, hi):
     when ``clip``. Every output is an exact multiple of ``g``.
     """
     out = np.empty(y.shape[0], dtype=np.float64)
-    _staircase_additive(y, rng, granularity, c, clip, lo, hi, out)
+    kernel = kernel_for(_staircase_additive, rng, y.shape[0])
+    kernel(y, rng, granularity, c, clip, lo, hi, out)
     return out
 
 
@@ -460,7 +462,7 @@ def discrete_gaussian(rng, n, sigma, c):
     tails are accepted at their true (tiny) rate.
     """
     out = np.empty(int(n), dtype=np.float64)
-    _discrete_gaussian(rng, float(sigma), c, out)
+    kernel_for(_discrete_gaussian, rng, out.shape[0], MAX_DRAWS)(rng, float(sigma), c, out)
     return out
 
 
@@ -485,7 +487,8 @@ def gaussian_additive(y, rng, granularity, table, clip, lo, hi):
     clipped (as :func:`staircase_additive`), drawn by rejection from the
     envelope of ``table`` (``gaussian_cell_table``): about two digits a label."""
     out = np.empty(y.shape[0], dtype=np.float64)
-    _gaussian_additive(y, rng, granularity, *table, clip, lo, hi, out)
+    kernel = kernel_for(_gaussian_additive, rng, y.shape[0])
+    kernel(y, rng, granularity, *table, clip, lo, hi, out)
     return out
 
 
@@ -603,7 +606,8 @@ def randomized_response_contiguous(y, rng, lo, n_classes, c):
     Returns noisy labels (not codes) in the dtype of ``y``.
     """
     out = np.empty_like(y)
-    _randomized_response_contiguous(y, rng, lo, n_classes, c, out)
+    kernel = kernel_for(_randomized_response_contiguous, rng, y.shape[0])
+    kernel(y, rng, lo, n_classes, c, out)
     return out
 
 
@@ -620,7 +624,8 @@ def randomized_response_indices(codes, rng, n_classes, c):
     """k-ary randomized response on class codes."""
     codes = np.ascontiguousarray(codes, dtype=np.int64)
     out = np.empty(codes.shape[0], dtype=np.int64)
-    _randomized_response_indices(codes, rng, n_classes, c, out)
+    kernel = kernel_for(_randomized_response_indices, rng, codes.shape[0])
+    kernel(codes, rng, n_classes, c, out)
     return out
 
 
@@ -1026,7 +1031,7 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=
     out = np.empty(n, dtype=np.float64)
     outputs = np.ascontiguousarray(outputs, dtype=np.float64)
     heads, cells, *groups = tables
-    _DISCRETE_ROWS[rounding, use_rr](
+    kernel_for(_DISCRETE_ROWS[rounding, use_rr], rng, n)(
         codes, y, *grid, rr, rng, outputs, out, np.empty((3, _BLOCK), dtype=np.int64),
         np.empty((2, _BLOCK)), heads, cells.reshape(-1), 2 * cells.shape[1], *groups,
     )

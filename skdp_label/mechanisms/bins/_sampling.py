@@ -14,6 +14,7 @@ import numpy as np
 from ..._kernels._intrinsics import float_bits
 from ..._kernels._philox import begin_row
 from ..._kernels._sampling import rr_code, rr_constants
+from ..._kernels._twin import kernel_for
 from .._prior import nearest_by_search
 
 __all__ = ["BinLookup"]
@@ -120,5 +121,5 @@ class BinLookup:
         out = np.empty(y.shape[0])
         outputs = np.ascontiguousarray(outputs, dtype=np.float64)
         c = rr_constants(outputs.shape[0], flip_probability)
-        _sample(y, *self._tables(), rng, outputs, c, out)
+        kernel_for(_sample, rng, y.shape[0])(y, *self._tables(), rng, outputs, c, out)
         return out

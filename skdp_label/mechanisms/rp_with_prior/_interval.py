@@ -51,6 +51,7 @@ import numpy as np
 
 from ..._kernels._philox import begin_row
 from ..._kernels._sampling import bernoulli_exact, uniform_index
+from ..._kernels._twin import kernel_for
 
 __all__ = [
     "algorithm1",
@@ -363,7 +364,7 @@ def sample_labels(y, granularity, u1, u2, w, epsilon, rng):
     y = np.ascontiguousarray(y, dtype=np.float64)
     _, _, rest_total = _levels(u1, u2, w, epsilon)
     out = np.empty(y.shape[0])
-    _sample_grid(
+    kernel_for(_sample_grid, rng, y.shape[0])(
         y, float(granularity), np.int64(u1), np.int64(u2), np.int64(w), float(rest_total), rng, out
     )
     return out

@@ -1,0 +1,175 @@
+"""Python twins of the sampling kernels: each kernel's own source, interpreted.
+
+Compiling a kernel the first time a fresh environment uses it costs about a
+second (numba's typing and lowering, not LLVM), while the small draws of a
+fit (a noisy histogram's few hundred counts, a few thousand labels) take
+milliseconds even in CPython. :func:`twin` runs a kernel's Python source
+(``dispatcher.py_func``, the very code numba compiles) with its globals
+rebound to pure-Python equivalents:
+
+* every jitted callee -> its own twin (recursively);
+* :func:`~._philox.begin_row` -> what its overload does (nothing for a numpy
+  ``Generator``, ``rng.begin_row(i)`` otherwise);
+* the intrinsics -> :func:`~._intrinsics.prefetch` does nothing,
+  :func:`~._intrinsics.float_bits` is the IEEE-754 bit pattern (a Python
+  int: the kernels only subtract patterns of non-negative floats, which
+  cannot overflow int64, so the sign of the difference is the same);
+* ``np`` -> numpy, but ``log`` and ``exp`` call the C library through
+  ``math``, as numba's lowering of ``np.log`` / ``np.exp`` on a float64
+  scalar does (``llvm.log.f64`` -> libm), while numpy's ufuncs may dispatch
+  to their own SIMD loops (AVX-512) that can differ in the last bit; and
+  ``floor`` / ``int64`` are the exact scalar operations on Python numbers.
+
+The twin reads the same digits of the same ``Generator`` in the same order
+and does the same float64 operations, so it returns the kernel's output bit
+for bit (tests/test_twins.py checks it across the samplers' paths): which
+outputs are reachable, and their probabilities, are the kernel's.
+:func:`kernel_for` picks the twin for small calls on a numpy ``Generator``
+in a process that has not yet loaded the compiled kernel, up to a total
+amount of interpreted work per kernel.
+"""
+
+import math
+import struct
+import types
+
+import numpy as np
+from numba.core.dispatcher import Dispatcher
+from numba.core.extending import _Intrinsic
+
+from ._intrinsics import float_bits, prefetch
+from ._philox import begin_row
+
+__all__ = ["twin", "kernel_for", "MAX_DRAWS", "MAX_LABELS"]
+
+# Work a process runs through a kernel's twin, in all, before it compiles the
+# kernel (kernel_for). Interpreted, a noise draw costs 2-4 us and a label 2-17 us
+# (benchmarks/bench_twins.py: 0.01-0.04 s for MAX_* units, up to ~0.09 s with
+# many exact-tail draws), against ~1 s to compile a kernel in a fresh
+# environment, and to load it from a warm numba cache ~0.3 s for a process's
+# first kernel and ~0.01 s for each other.
+MAX_DRAWS = 10_000  # noise draws (noisy histograms and sums)
+MAX_LABELS = 5_000  # labels
+
+_DOUBLE = struct.Struct("<d")
+_INT64 = struct.Struct("<q")
+_EXACT_FLOATS = 2.0**52  # from here on every float64 is an integer
+
+
+def _float_bits(x):
+    return _INT64.unpack(_DOUBLE.pack(x))[0]
+
+
+def _prefetch(array, index):
+    return None
+
+
+def _begin_row(rng, i):
+    if not isinstance(rng, np.random.Generator):
+        rng.begin_row(i)
+
+
+def _floor(x):
+    # math.floor returns an int and raises on inf; large floats, zeros
+    # (keeping -0.0) and nan are their own floor.
+    if x != 0.0 and abs(x) < _EXACT_FLOATS:
+        return float(math.floor(x))
+    return x
+
+
+def _log(x):
+    # math raises where the C library returns -inf (at 0) or nan (below).
+    if x > 0.0 or x != x:
+        return math.log(x)
+    return -math.inf if x == 0.0 else math.nan
+
+
+def _exp(x):
+    try:
+        return math.exp(x)
+    except OverflowError:  # the C library returns inf
+        return math.inf
+
+
+# numpy functions whose scalar results may differ in the last bit from the C
+# library's (numba's) on some CPUs: a twin must bind them through math first.
+_NOT_BOUND = frozenset(
+    "log1p expm1 log2 log10 exp2 power sin cos tan arcsin arccos arctan arctan2 sinh cosh "
+    "tanh arcsinh arccosh arctanh hypot cbrt".split()
+)
+
+
+class _Numpy:
+    """``np`` inside a twin: numpy, with the scalar functions above; the
+    other transcendental functions are refused (see _NOT_BOUND)."""
+
+    floor = staticmethod(_floor)
+    log = staticmethod(_log)
+    exp = staticmethod(_exp)
+    int64 = int  # truncation toward zero, as numba's float -> int64
+
+    def __getattr__(self, name):
+        if name in _NOT_BOUND:
+            raise AttributeError(f"no exact twin of np.{name}: bind it in _twin._Numpy")
+        return getattr(np, name)
+
+
+_GLOBALS = {id(begin_row): _begin_row, id(prefetch): _prefetch, id(float_bits): _float_bits,
+            id(np): _Numpy()}
+_TWINS = {}
+_INTERPRETED = {}  # kernel -> units of work its twin has done in this process
+
+
+def _rebind(value):
+    if isinstance(value, Dispatcher):
+        return twin(value)
+    if id(value) in _GLOBALS:
+        return _GLOBALS[id(value)]
+    if isinstance(value, _Intrinsic):
+        raise TypeError(f"no Python twin for the numba intrinsic {value._name!r}")
+    return value
+
+
+def twin(kernel):
+    """The Python twin of the jitted ``kernel`` (built once, then cached)."""
+    if kernel in _TWINS:
+        return _TWINS[kernel]
+    options = kernel.targetoptions
+    if options.get("fastmath") or options.get("error_model") == "numpy":
+        # Reassociated float operations, or inf/nan where Python raises on a
+        # division by zero: CPython would not compute the same values.
+        raise TypeError(f"no exact Python twin of {kernel.py_func.__name__!r}: "
+                        f"compiled with {options}")
+    func = kernel.py_func
+    namespace = dict(func.__globals__)
+    for name in func.__code__.co_names:
+        if name in namespace:
+            namespace[name] = _rebind(namespace[name])
+    closure = func.__closure__
+    if closure is not None:
+        closure = tuple(types.CellType(_rebind(cell.cell_contents)) for cell in closure)
+    twin_func = types.FunctionType(
+        func.__code__, namespace, func.__name__, func.__defaults__, closure
+    )
+    twin_func.__doc__ = func.__doc__
+    _TWINS[kernel] = twin_func
+    return twin_func
+
+
+def kernel_for(kernel, rng, n, max_n=MAX_LABELS):
+    """``kernel``, or its twin for a call of ``n`` units of work (labels,
+    draws) from a numpy ``Generator``, while this process has not loaded the
+    compiled kernel and has interpreted at most ``max_n`` units of it in all.
+
+    The total is what bounds the cost (rent until the rent paid reaches the
+    price): a process that keeps making small calls compiles (or loads) the
+    kernel after ~0.01-0.04 s of interpreting, instead of interpreting for
+    ever. Keyed sources always run compiled: they are the labels party's
+    bulk path.
+    """
+    if isinstance(rng, np.random.Generator) and not kernel.overloads:
+        spent = _INTERPRETED.get(kernel, 0) + n
+        if spent <= max_n:
+            _INTERPRETED[kernel] = spent
+            return twin(kernel)
+    return kernel

@@ -1,0 +1,294 @@
+"""Python twins of the sampling kernels (``_kernels._twin``).
+
+* The scalar bindings of a twin (``log``, ``exp``, ``floor``) give the bits
+  numba's compiled ``np.log`` / ``np.exp`` / ``np.floor`` give, over many
+  arguments (subnormals, ties, signed zeros).
+* Each kernel a small call may interpret (discrete Laplace, staircase,
+  the four finite-output kernels) returns the compiled kernel's output bit
+  for bit from the same seed, and leaves the Generator in the same state
+  (the same digits were read): across rates (the super-block paths of
+  ``geometric`` below 2**-10, by inversion and by rejection), staircase
+  widths, heavy-tailed tables whose exact tail is reached, rounding grids,
+  and scripted digits that tie with the probabilities (read further).
+* Deliberately wrong bindings (a perturbed log, a rounding floor, swapped
+  own/alias cells) are caught by the same comparisons.
+* Public paths: seeded fits through the twins equal seeded fits through
+  the compiled kernels; keyed sources and large calls never use a twin.
+"""
+
+import math
+
+import numba
+import numpy as np
+import pytest
+
+from skdp_label._kernels import _sampling as S
+from skdp_label._kernels import _twin
+from skdp_label._warmup import _public_inputs
+from skdp_label.mechanisms import get_mechanism_class, mechanism_names
+from conftest import force_kernels
+from test_fast_samplers import _heavy_tail_matrix, _keyed
+from test_numerics import DIGIT, digits_used, scripted
+
+
+def _same(a, b):
+    return np.array_equal(np.asarray(a).view(np.int64), np.asarray(b).view(np.int64))
+
+
+def _state(rng):
+    return rng.bit_generator.state["state"]
+
+
+@numba.njit
+def _numba_scalars(x, out):
+    for i in range(x.shape[0]):
+        out[0, i] = np.log(x[i])
+        out[1, i] = np.exp(-x[i])
+        out[2, i] = np.floor(x[i] * 3.7 - 1.0)
+
+
+def test_scalar_bindings_are_the_compiled_ones():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([
+        rng.random(20_000), rng.random(5_000) * 745.0, np.ldexp(rng.random(5_000), -1070),
+        1.0 - rng.random(2_000) * 1e-12, np.arange(-10, 10) / 3.7,
+        [0.0, -0.0, 5e-324, 1.0, 2.0**60, -709.5, -710.0, -1e300, math.inf, -math.inf, math.nan],
+    ])
+    compiled = np.empty((3, x.shape[0]))
+    _numba_scalars(x, compiled)
+    ours = np.array([
+        [_twin._log(v) for v in x.tolist()],
+        [_twin._exp(-v) for v in x.tolist()],
+        [_twin._floor(v * 3.7 - 1.0) for v in x.tolist()],
+    ])
+    nan = np.isnan(compiled)
+    assert np.array_equal(np.isnan(ours), nan) and np.all(nan[0][x < 0])  # log(x < 0)
+    assert _same(ours[~nan], compiled[~nan])
+    for v in [-0.0, 0.0, -0.5, 0.5, -2.0**52 - 2, 2.0**53, math.inf, -math.inf]:
+        assert _same(_twin._floor(v), np.floor(v))
+
+
+def _laplace(kernel, seed, lam, n):
+    rng = np.random.default_rng(seed)
+    out = np.empty(n)
+    kernel(rng, S.staircase_constants(lam, 1, 1), out)
+    return out, _state(rng)
+
+
+# 5: mostly zeros; 1 and 0.05: inversion; 2**-12: super-blocks with the
+# offset by inversion; 1e-7: super-blocks of more than 4096 values (uniform
+# offset, accepted by an exact Bernoulli of exp).
+@pytest.mark.parametrize("lam", [5.0, 1.0, 0.05, 2.0**-12, 1e-7])
+def test_discrete_laplace_twin_is_the_kernel(lam):
+    got, state = _laplace(_twin.twin(S._discrete_laplace), 3, lam, 3000)
+    ref, ref_state = _laplace(S._discrete_laplace, 3, lam, 3000)
+    assert _same(got, ref) and state == ref_state
+    assert np.unique(ref).size > (2 if lam > 2 else 10)
+
+
+@pytest.mark.parametrize(
+    "lam, width, r", [(1.0, 3, 2), (0.01, 40, 7), (2.0**-14, 5, 5), (0.5, 1, 1)]
+)
+@pytest.mark.parametrize("clip", [False, True])
+def test_staircase_twin_is_the_kernel(lam, width, r, clip):
+    y = np.random.default_rng(1).normal(size=2000) * 60.0
+    c = S.staircase_constants(lam, width, r)
+    outs = []
+    for kernel in (_twin.twin(S._staircase_additive), S._staircase_additive):
+        rng, out = np.random.default_rng(4), np.empty(y.shape[0])
+        kernel(y, rng, 0.25, c, clip, -100.0, 100.0, out)
+        outs.append((out, _state(rng)))
+    assert _same(outs[0][0], outs[1][0]) and outs[0][1] == outs[1][1]
+
+
+# Gaussian envelopes of one value a cell (3) and of 16 (900); the proposal
+# sampler (discrete Laplace proposals, exact acceptance) at both scales.
+@pytest.mark.parametrize("sigma", [3.0, 900.0])
+def test_gaussian_twins_are_the_kernels(sigma):
+    from skdp_label.mechanisms.classic._noise import gaussian_cell_table
+
+    table = gaussian_cell_table(sigma)
+    y = np.random.default_rng(2).normal(size=1500) * 2.0 * sigma
+    c = S.staircase_constants(1.0 / (math.floor(sigma) + 1.0), 1, 1)
+    runs = []
+    for pick in (_twin.twin, lambda kernel: kernel):
+        rng, out, noise = np.random.default_rng(6), np.empty(y.shape[0]), np.empty(300)
+        pick(S._gaussian_additive)(y, rng, 0.5, *table, True, -3.0 * sigma, 3.0 * sigma, out)
+        pick(S._discrete_gaussian)(rng, sigma, c, noise)
+        runs.append((out, noise, _state(rng)))
+    assert table[0][4] == (16.0 if sigma > 100 else 1.0)
+    assert _same(runs[0][0], runs[1][0]) and _same(runs[0][1], runs[1][1])
+    assert runs[0][2] == runs[1][2]
+
+
+_VALUES = np.array([0.0, 1.0, 2.5, 3.0, 7.0])
+
+
+def _rows_call(rounding, use_rr, n):
+    """Arguments of the finite-output kernel (rounding, use_rr), as
+    sample_rows builds them, for heavy-tailed tables (rtol=1e-12)."""
+    matrix = _heavy_tail_matrix()
+    gen = np.random.default_rng(21)
+    kwargs = {"y": gen.uniform(-1.0, 8.0, n), "grid": S.rounding_grid(_VALUES)} if rounding else {
+        "codes": gen.integers(0, 5, n)}
+    if use_rr:
+        kwargs["rr"] = S.rr_constants(5, 0.6)
+        outputs = _VALUES
+    else:
+        kwargs["tables"] = S.categorical_tables(matrix, rtol=1e-12)
+        outputs = np.arange(matrix.shape[1]) * 0.5 - 3.0
+    return outputs, kwargs
+
+
+def _sample(monkeypatch, use_twin, rng, outputs, kwargs):
+    with monkeypatch.context() as m:
+        force_kernels(m, use_twin)
+        return S.sample_rows(rng, outputs, **kwargs)
+
+
+@pytest.mark.parametrize("rounding", [False, True])
+@pytest.mark.parametrize("use_rr", [False, True])
+def test_finite_output_twin_is_the_kernel(monkeypatch, rounding, use_rr):
+    # 600 labels: two full blocks of 256 and a partial one.
+    outputs, kwargs = _rows_call(rounding, use_rr, 600)
+    runs = []
+    for use_twin in (True, False):
+        rng = np.random.default_rng(99)
+        runs.append((_sample(monkeypatch, use_twin, rng, outputs, kwargs), _state(rng)))
+    assert _same(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]
+    if not use_rr:
+        assert (~np.isin(runs[1][0], outputs[:14])).sum() >= 3  # the exact tail was reached
+
+
+def _tie_scripts(c, n):
+    """Digit scripts around the staircase's first-digit threshold ``c[6]``
+    (the same digit with the sign bit set, one off, the fraction's digit):
+    ties with the Bernoulli(P(Z != 0)) read further digits."""
+    qd, frac = int(c[6]), c[7]
+    frac_digit = int(frac * DIGIT)
+    rng = np.random.default_rng(8)
+    choices = [qd, qd + 2**52, qd - 1, qd + 1, frac_digit, frac_digit + 1, 0, DIGIT - 1]
+    return [[choices[j] if j < len(choices) else int(rng.integers(DIGIT))
+             for j in rng.integers(0, len(choices) + 3, 300)] for _ in range(n)]
+
+
+@pytest.mark.parametrize("lam, width, r", [(0.7, 1, 1), (0.3, 4, 2)])
+def test_twins_read_the_same_digits_on_ties(lam, width, r):
+    c = S.staircase_constants(lam, width, r)
+    y = np.zeros(40)
+    for script in _tie_scripts(c, 5):
+        runs = []
+        for kernel in (_twin.twin(S._staircase_additive), S._staircase_additive):
+            rng, out = scripted(script), np.empty(y.shape[0])
+            kernel(y, rng, 1.0, c, False, 0.0, 0.0, out)
+            runs.append((out, digits_used(rng)))
+        assert _same(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]
+
+
+# -- mutations: a wrong binding is caught --------------------------------------
+
+
+class _PerturbedLog(_twin._Numpy):
+    log = staticmethod(lambda x: math.log(x) * (1.0 + 2.0**-20))
+
+
+class _RoundingFloor(_twin._Numpy):
+    floor = staticmethod(lambda x: float(math.floor(x + 0.5)))
+
+
+def _mutate(monkeypatch, original, mutant):
+    monkeypatch.setattr(_twin, "_TWINS", {})
+    monkeypatch.setitem(_twin._GLOBALS, id(original), mutant)
+
+
+# A log off by 1e-6 relative moves a geometric of mean ~1000 across an
+# integer in ~1e-3 of the draws.
+@pytest.mark.parametrize("mutant", [_PerturbedLog(), _RoundingFloor()])
+def test_a_wrong_scalar_binding_is_caught(monkeypatch, mutant):
+    ref, _ = _laplace(S._discrete_laplace, 3, 2.0**-12, 3000)
+    _mutate(monkeypatch, np, mutant)
+    got, _ = _laplace(_twin.twin(S._discrete_laplace), 3, 2.0**-12, 3000)
+    assert not _same(got, ref)
+
+
+def test_a_wrong_float_bits_is_caught(monkeypatch):
+    # Bit patterns compared the other way round: each cell's own and alias
+    # outputs swap.
+    outputs, kwargs = _rows_call(False, False, 600)
+    ref = _sample(monkeypatch, False, np.random.default_rng(99), outputs, kwargs)
+    _mutate(monkeypatch, S.float_bits, lambda x: -_twin._float_bits(x))
+    got = _sample(monkeypatch, True, np.random.default_rng(99), outputs, kwargs)
+    assert not _same(got, ref)
+
+
+# -- public paths --------------------------------------------------------------
+
+
+def test_kernel_for_interprets_a_bounded_amount_of_generator_work():
+    def kernel_of(x):
+        return x + 1.0
+
+    rng = np.random.default_rng(0)
+    kernel = numba.njit(kernel_of)
+    assert _twin.kernel_for(kernel, rng, 6, 10) is _twin.twin(kernel)
+    assert _twin.kernel_for(kernel, rng, 4, 10) is _twin.twin(kernel)
+    assert _twin.kernel_for(kernel, rng, 1, 10) is kernel  # 10 units interpreted: compile
+    assert _twin.twin(kernel)(1.0) == kernel(1.0) == 2.0
+    other = numba.njit(kernel_of)
+    assert _twin.kernel_for(other, rng, 11, 10) is other  # a large call
+    assert _twin.kernel_for(other, _keyed(3), 1, 10) is other  # keyed: compiled
+    assert _twin.kernel_for(other, rng, 1, 10) is _twin.twin(other)
+    other(1.0)
+    assert _twin.kernel_for(other, rng, 1, 10) is other  # compiled in this process now
+
+
+def test_a_twin_refuses_an_unknown_intrinsic():
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def unknown(typingctx, x):  # pragma: no cover - never compiled
+        raise NotImplementedError
+
+    @numba.njit
+    def kernel(x):
+        return unknown(x)
+
+    with pytest.raises(TypeError, match="unknown"):
+        _twin.twin(kernel)
+
+
+@pytest.mark.parametrize("options", [{"fastmath": True}, {"error_model": "numpy"}])
+def test_a_twin_refuses_float_semantics_python_does_not_have(options):
+    kernel = numba.njit(**options)(lambda x: x / 3.0)
+    with pytest.raises(TypeError, match="no exact Python twin"):
+        _twin.twin(kernel)
+
+
+def test_a_twin_refuses_an_unbound_transcendental_function():
+    # numpy's log1p may differ from the C library's in the last bit.
+    @numba.njit
+    def kernel(x):
+        return np.log1p(x)
+
+    with pytest.raises(AttributeError, match="log1p"):
+        _twin.twin(kernel)(0.5)
+
+
+# Every mechanism, on the warm-up's public inputs (bounds (0, 50) or five
+# classes; 400 labels); and RR on classes that are not contiguous integers.
+@pytest.mark.parametrize("name, classes", [(name, None) for name in mechanism_names()] + [
+    ("rr", np.arange(0, 10, 2))])
+def test_seeded_fits_are_the_same_through_twins(monkeypatch, name, classes):
+    kwargs, y = _public_inputs(name)
+    y = y[:400]
+    if classes is not None:
+        kwargs, y = {"classes": classes}, 2 * y
+    outs = []
+    for use_twin in (True, False):
+        with monkeypatch.context() as m:
+            used = force_kernels(m, use_twin)
+            mech = get_mechanism_class(name)(epsilon=1.0, random_state=5, **kwargs)
+            outs.append(mech.fit_transform(y))
+    assert used  # every mechanism samples through kernel_for
+    assert _same(outs[0], outs[1])
+    assert not np.array_equal(outs[0], y)
