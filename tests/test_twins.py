@@ -280,7 +280,9 @@ def test_a_twin_refuses_an_unbound_transcendental_function():
     ("rr", np.arange(0, 10, 2))])
 def test_seeded_fits_are_the_same_through_twins(monkeypatch, name, classes):
     kwargs, y = _public_inputs(name)
-    y = y[:400]
+    y = y[:400].copy()
+    if "bounds" in kwargs and kwargs["bounds"][0] == 0:
+        y[::7] = -0.0  # signed zeros at the grid start (np.clip of rint passes them on)
     if classes is not None:
         kwargs, y = {"classes": classes}, 2 * y
     outs = []

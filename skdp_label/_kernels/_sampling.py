@@ -912,7 +912,9 @@ def _discrete_rows_kernel(rows_from, draw_by):
                         lo = k - 2
                     lo_at[i - start] = lo
                     gap_at[i - start] = values[lo + 1] - values[lo]
-                    off_at[i - start] = v - values[lo]
+                    # + 0.0: a label -0.0 at a grid start 0.0 leaves -0.0, whose bit
+                    # pattern is negative (the mask below compares patterns).
+                    off_at[i - start] = v - values[lo] + 0.0
             for i in range(start, stop):
                 begin_row(rng, i)  # keyed releases: row i reads its own stream
                 if rows_from == "codes" or (rows_from == "either" and k == 0):
