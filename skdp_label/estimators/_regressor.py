@@ -13,7 +13,12 @@ from sklearn.base import BaseEstimator, RegressorMixin, _fit_context, clone
 from sklearn.metrics import r2_score
 from sklearn.utils import _safe_indexing
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import _check_method_params, _num_samples, check_is_fitted
+from sklearn.utils.validation import (
+    _check_method_params,
+    _num_features,
+    _num_samples,
+    check_is_fitted,
+)
 
 from .._accountant import BudgetAccountant
 from ..mechanisms._base import BaseLabelMechanism
@@ -256,8 +261,8 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         measure = self._is_auto() and "n_eff" not in (self.mechanism_params or {}) and getattr(
             self.mechanism, "n_eff", None) is None
         n_eff = effective_sample_size(
-            self.base_estimator, n_samples, X.shape[1] if len(getattr(X, "shape", ())) == 2 else 1,
-            X if measure else None,
+            # _num_features: a list of rows has no shape (it counted one feature).
+            self.base_estimator, n_samples, _num_features(X), X if measure else None,
         )
         mechanism = self._build_mechanism(
             float(self.epsilon),
