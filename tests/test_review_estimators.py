@@ -417,3 +417,25 @@ def test_study_rows_get_distinct_streams(monkeypatch):
                           mechanisms={"a": "laplace", "b": "laplace"}, epsilons=[1.0, 2.0],
                           seeds=[0, 1], progress=False, references=False)
     assert len(seeds) == 8 and len(set(seeds)) == 8 and None not in seeds
+
+
+# -- invariant 2: an instance's accountant is not silently replaced ------------------------
+@pytest.mark.parametrize("make", [
+    lambda own, acc: LabelDPRegressor(Ridge(), Laplace(bounds=BOUNDS, accountant=own),
+                                      bounds=BOUNDS, accountant=acc),
+    lambda own, acc: LabelDPClassifier(LogisticRegression(),
+                                       RandomizedResponse(classes=[0, 1], accountant=own),
+                                       classes=[0, 1], accountant=acc),
+])
+def test_two_accountants_are_refused_before_spending(make):
+    # Was: the estimator's accountant replaced the instance's, whose budget (0.5 here)
+    # never saw the fit.
+    X, y = np.random.default_rng(0).normal(size=(60, 2)), np.tile([0, 1], 30)
+    own, other = BudgetAccountant(epsilon=0.5), BudgetAccountant()
+    with pytest.raises(ValueError, match="another accountant"):
+        make(own, other).fit(X, y)
+    _spent_nothing(own)
+    _spent_nothing(other)
+    make(own, own).set_params(epsilon=0.25).fit(X, y)  # the same one twice: fine
+    make(own, None).set_params(epsilon=0.25).fit(X, y)  # the instance's alone: charged to it
+    assert own.spent_epsilon == pytest.approx(0.5)

@@ -166,6 +166,13 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
                     f"{'in LabelDPClassifier ' if self._task == 'classification' else ''}"
                     "takes one label column. Pass a 1-D y."
                 )
+        own = getattr(self.mechanism, "accountant", None)
+        if own is not None and self.accountant is not None and own is not self.accountant:
+            # The estimator's would replace it: the instance's budget would be bypassed.
+            raise ValueError(
+                f"{type(self).__name__}: the mechanism instance carries another accountant than "
+                "accountant=; give one of them (the one whose budget should be charged)."
+            )
         routed = self._routed("fit", fit_params)
         self._check_fit_params(X, routed)
         self._check_model_selection(y_shape)

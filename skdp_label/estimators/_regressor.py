@@ -64,7 +64,8 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         ``'exponential'``) built with ``epsilon``, ``bounds``, ``domain``,
         ``accountant``, ``random_state`` and ``mechanism_params``; or a
         mechanism instance, which is cloned, and whose ``epsilon`` is
-        replaced by this estimator's (its ``accountant`` too, when given).
+        replaced by this estimator's (an instance with an accountant of its
+        own is charged there; a different ``accountant`` is refused).
     epsilon : float, default=1.0
         Privacy cost of one label per fit.
     bounds : tuple (lo, hi), optional
@@ -260,9 +261,12 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         # of the other prior mechanisms uses the hyper-parameter rules only.
         measure = self._is_auto() and "n_eff" not in (self.mechanism_params or {}) and getattr(
             self.mechanism, "n_eff", None) is None
+        try:  # a list of rows has no shape (it counted one feature)
+            n_features = _num_features(X)
+        except TypeError:  # 1-D X: the base estimator says what it accepts
+            n_features = 1
         n_eff = effective_sample_size(
-            # _num_features: a list of rows has no shape (it counted one feature).
-            self.base_estimator, n_samples, _num_features(X), X if measure else None,
+            self.base_estimator, n_samples, n_features, X if measure else None
         )
         mechanism = self._build_mechanism(
             float(self.epsilon),
