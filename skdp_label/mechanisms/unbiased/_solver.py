@@ -57,7 +57,11 @@ Structure used here
   exactly; the least loss is kept. A stalled path (rows or means still
   violated when it stops) is neither resumed nor extended by column
   generation: both were measured to stall again at the same point, and
-  took 95 % of the time on such priors.
+  took 95 % of the time on such priors. When neither the polish nor the LP
+  gives rays, the interior point's own weights, made exact, are a candidate
+  (regular priors at epsilon >~ 15 stop just short of feasibility; their
+  fallback LP took minutes). The merge ladder stops at a level keeping
+  over half the labels that does not beat a nearly feasible direct path.
 * Certificate: for *any* duals ``(u, w)`` and any epsilon-DP unbiased
   mechanism (any staircase pattern, not only intervals; any output value)
   the loss is at least ``sum u + sum w y + min(0, min_{S, z} rc(S, z))``
