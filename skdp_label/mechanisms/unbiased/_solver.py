@@ -1216,6 +1216,14 @@ def _candidate_rays(k, t_all, r):
 _READ_OFF_PATH = True
 
 
+def _read_off_certified(loss, bound, slack, gap_tol):
+    """Whether a candidate read off a path is certified: within ``gap_tol``
+    of the bound up to the rounding ``slack``, and within 1e-5 without it
+    (at epsilon >~ 25 the slack exceeds the loss: the read-off then skipped
+    a fallback that was 1e-6 better, sweep case 15)."""
+    return (loss - bound - slack) / loss <= gap_tol and (loss - bound) / loss <= 1e-5
+
+
 def _interior_point_rays(y, p, e, ls, rs, t_all, r, m):
     """The interior point's weights on the rays it has not ruled out, at
     the outputs minimising their reduced costs, made exactly feasible
@@ -1399,7 +1407,7 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True):
             loss = _ray_loss(yn, p, e, *rays) if rays is not None else np.nan
             if np.isfinite(loss) and (read_off is None or loss < read_off[0]):
                 read_off = (loss, rays[1], rays[2], rays[0])
-            if read_off is not None and (read_off[0] - bound - slack) / read_off[0] <= gap_tol:
+            if read_off is not None and _read_off_certified(read_off[0], bound, slack, gap_tol):
                 break
         if _STOP_STALLED and found is None and best is None and path_stalled:
             # Nothing read off a stalled path: the next rounds resume it and
@@ -1436,10 +1444,8 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True):
         if best is not None and best[0] <= gap_tol:
             break
         tol *= 1e-2
-    if read_off is not None:  # as a candidate: its gap instead of its loss
-        read_loss = read_off[0]
-        read_off = ((read_loss - bound - slack) / read_loss,) + read_off[1:]
-    if not any(c is not None and c[0] <= 1e-6 for c in (best, read_off)):
+    read_certified = read_off is not None and _read_off_certified(read_off[0], bound, slack, 1e-6)
+    if (best is None or best[0] > 1e-6) and not read_certified:
         # Not certified (degenerate or numerically extreme problems, e.g.
         # labels a hair apart at epsilon >~ 15): the fixed-output LP over the
         # rays the interior point kept plus debiased randomized response's
@@ -1447,9 +1453,9 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True):
         # bound reported stays a valid one, only not a tight one.
         best, bound = _fallback_rays(yn, p, e, state, best, bound, slack, gap_tol)
     if read_off is not None and (
-        best is None or _ray_loss(yn, p, e, best[3], best[1], best[2]) > read_loss
+        best is None or _ray_loss(yn, p, e, best[3], best[1], best[2]) > read_off[0]
     ):
-        best = ((read_loss - bound - slack) / read_loss,) + read_off[1:]
+        best = ((read_off[0] - bound - slack) / read_off[0],) + read_off[1:]
     if merge and best[0] > 1e-6:
         loss_now = _ray_loss(yn, p, e, best[3], best[1], best[2])
         tried = {1, yn.size}
