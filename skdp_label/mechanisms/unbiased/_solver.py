@@ -1487,10 +1487,11 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True):
             loss_m = _ray_loss(yn, p, e, m_cover, m_t, m_z)
             # Finer levels cost more and gained less (case 190, k = 807:
             # 6 %, 0.1 % at 14 s, 19 s): continue while a level gains 10 %,
-            # and after the first level that gains at all (from a direct
-            # solve read off a stalled path, case 16 stopped there 0.35 %
-            # above the next level).
-            improving = not helped or loss_m < 0.9 * loss_now
+            # and after the first cheap level that gains at all (from a
+            # direct solve read off a stalled path, case 16 stopped there
+            # 0.35 % above the next level; after a fine one, case 21 spent
+            # 7 s on a level that gained nothing).
+            improving = (not helped and not fine(n_groups)) or loss_m < 0.9 * loss_now
             helped = helped or loss_m < loss_now
             if (_STOP_FINE_LEVELS and fine(n_groups) and not loss_m < loss_now
                     and path_infeas <= _NEAR_FEASIBLE):
