@@ -31,7 +31,11 @@ from _audit import assert_exactly_private
 from test_unbiased import assert_exact
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
-from bench_unbiased_scaling import irregular_prior, sweep_case  # noqa: E402
+from bench_unbiased_scaling import (  # noqa: E402
+    census_like,
+    irregular_prior,
+    sweep_case,
+)
 
 
 def _assert_exactly_unbiased(y, outputs, matrix):
@@ -139,3 +143,67 @@ def test_stalled_path_goes_to_the_merged_solves_at_no_loss(case, monkeypatch):
 def test_converged_path_is_not_stalled():
     # Mutation check of the stall test: a regular prior's path converges.
     assert not _direct_path(19)  # integers 0..40, epsilon 1
+
+
+def test_merge_ladder_stops_at_a_fine_level_that_does_not_help(monkeypatch):
+    # Clustered labels at epsilon 15 (the shape of sweep case 190, k = 807,
+    # scaled down: 60 labels, working set above 20): the direct solve does not
+    # certify, so the merge ladder runs. A level keeping over half the labels
+    # costs about a direct solve; once one does not beat the direct solve, the
+    # finer levels (closer copies of it) are not tried. The result stays exact
+    # and its loss is that of the full ladder on this prior.
+    rng = np.random.default_rng([13, 5000])
+    y, p = irregular_prior(rng, 60, kind=3)
+    eps = 15.0
+    monkeypatch.setattr(_solver, "_FULL_PATTERNS_MAX", 20)
+    # The stop applies after a direct path that stopped nearly feasible
+    # (case 190: 4.5e-8); this small prior's path stops further away, so the
+    # gate is opened here to exercise the stop itself.
+    monkeypatch.setattr(_solver, "_NEAR_FEASIBLE", np.inf)
+    levels = []
+    merged = _solver._merged_labels_solution
+
+    def recorded(yn, p, e, merge_tol, **kwargs):
+        levels.append(int(np.sum(np.diff(yn) > merge_tol)) + 1)
+        return merged(yn, p, e, merge_tol, **kwargs)
+
+    monkeypatch.setattr(_solver, "_merged_labels_solution", recorded)
+    loss = _exact_solution_loss(y, p, eps)
+    stopped = list(levels)
+    assert 2 * stopped[-1] > y.size  # the ladder ended at a fine level...
+    levels.clear()
+    monkeypatch.setattr(_solver, "_STOP_FINE_LEVELS", False)
+    full_loss = _exact_solution_loss(y, p, eps)
+    assert len(levels) > len(stopped)  # ...before the finer ones
+    assert levels[: len(stopped)] == stopped
+    assert loss <= full_loss * (1 + 1e-9)
+
+
+def test_stalled_path_read_off_skips_the_fallback(monkeypatch):
+    # A regular prior at a large epsilon (census-like, 700 labels, epsilon
+    # 15): the interior point stops just short of feasibility (rows violated
+    # ~1e-8), and neither the polish nor the fixed-output LP gives rays. The
+    # interior point's own weights, made exact, are then a candidate within
+    # 1e-5 of the certified bound; the fallback, whose LP took minutes here
+    # (over 5 at k = 807), is not run.
+    y, p = census_like(700)
+    eps = 15.0
+    read_off = []
+    rays = _solver._interior_point_rays
+
+    def recorded(*args):
+        read_off.append(1)
+        return rays(*args)
+
+    def no_fallback(*args):
+        raise AssertionError("fallback run")
+
+    monkeypatch.setattr(_solver, "_interior_point_rays", recorded)
+    monkeypatch.setattr(_solver, "_fallback_rays", no_fallback)
+    outputs, matrix, lower = optimal_unbiased_continuous(y, p, eps)
+    check_exact_mechanism(y, outputs, matrix, eps)
+    assert_exactly_private(matrix, eps)
+    _assert_exactly_unbiased(y, outputs, matrix)
+    loss = mechanism_loss(y, p, outputs, matrix)
+    assert read_off
+    assert lower <= loss <= lower * (1 + 1e-5)

@@ -57,7 +57,11 @@ Structure used here
   exactly; the least loss is kept. A stalled path (rows or means still
   violated when it stops) is neither resumed nor extended by column
   generation: both were measured to stall again at the same point, and
-  took 95 % of the time on such priors.
+  took 95 % of the time on such priors. When neither the polish nor the LP
+  gives rays, the interior point's own weights, made exact, are a candidate
+  (regular priors at epsilon >~ 15 stop just short of feasibility; their
+  fallback LP took minutes). The merge ladder stops at a level keeping
+  over half the labels that does not beat a nearly feasible direct path.
 * Certificate: for *any* duals ``(u, w)`` and any epsilon-DP unbiased
   mechanism (any staircase pattern, not only intervals; any output value)
   the loss is at least ``sum u + sum w y + min(0, min_{S, z} rc(S, z))``
@@ -1207,6 +1211,32 @@ def _candidate_rays(k, t_all, r):
     return keep
 
 
+# Whether a round whose optimal patterns could not be read off (polish and
+# LP failed) keeps the interior point's own weights as a candidate.
+_READ_OFF_PATH = True
+
+
+def _read_off_certified(loss, bound, slack, gap_tol):
+    """Whether a candidate read off a path is certified: within ``gap_tol``
+    of the bound up to the rounding ``slack``, and within 1e-5 without it
+    (at epsilon >~ 25 the slack exceeds the loss: the read-off then skipped
+    a fallback that was 1e-6 better, sweep case 15)."""
+    return (loss - bound - slack) / loss <= gap_tol and (loss - bound) / loss <= 1e-5
+
+
+def _interior_point_rays(y, p, e, ls, rs, t_all, r, m):
+    """The interior point's weights on the rays it has not ruled out, at
+    the outputs minimising their reduced costs, made exactly feasible
+    (:func:`_exact_rays`): ``(cover, t, z)``. Its loss is about the path's
+    primal objective, within the path's gap and infeasibility of the
+    optimum. None when no ray is left (e.g. non-finite outputs)."""
+    keep = _candidate_rays(y.size, t_all, r) & np.isfinite(m) & (t_all > 0)
+    if not keep.any():
+        return None
+    cover = _interval_cover(y.size, ls[keep], rs[keep])
+    return _exact_rays(y, p, e, cover, t_all[keep], m[keep])
+
+
 def _lp_support_solution(y, p, e, u, w, ls, rs, t_all, r, m):
     """Optimal rays by the fixed-output LP when Newton's polish fails.
 
@@ -1351,18 +1381,34 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True):
     state = None
     best = None  # (relative gap, t, z, cover, lower) of the best candidate
     bound = -np.inf  # best certified lower bound seen (any duals certify)
+    path_infeas = np.inf  # rows/means violation where the last path stopped
+    read_off = None  # (loss, t, z, cover) read off a path (see below)
     for _ in range(3):
         try:
             u, w, t_all, r, m, state = _primal_dual_path(yn, p, e, tol=tol, state=state)
         except (np.linalg.LinAlgError, FloatingPointError, ValueError, ZeroDivisionError):
             break
-        path_stalled = _path_stalled(yn, state[0], t_all, m)
+        path_infeas = _path_infeasibility(yn, state[0], t_all, m)
+        path_stalled = not path_infeas <= _PATH_INFEASIBILITY
         ls, rs = state[0].rays()
         t_all, r, m = _on_rays(state[0], t_all, r, m)
         bound = max(bound, _scaled_dual_bound(yn, p, e, u, w))
         found = _support_solution(yn, p, e, u, w, ls, rs, t_all, r)
         if found is None:
             found = _lp_support_solution(yn, p, e, u, w, ls, rs, t_all, r, m)
+        if found is None and _READ_OFF_PATH:
+            # Neither the polish nor the LP gave rays: the interior point's
+            # own weights, made exact, are a candidate at about the path's
+            # primal objective (a census-like prior at k = 807, epsilon 15:
+            # gap 4e-6 in 0.04 s, where the fallback's LP took minutes).
+            # Kept apart from ``best``: the fallback's LP already has its
+            # rays (twice, they slowed it down 30 %, cases 46, 94).
+            rays = _interior_point_rays(yn, p, e, ls, rs, t_all, r, m)
+            loss = _ray_loss(yn, p, e, *rays) if rays is not None else np.nan
+            if np.isfinite(loss) and (read_off is None or loss < read_off[0]):
+                read_off = (loss, rays[1], rays[2], rays[0])
+            if read_off is not None and _read_off_certified(read_off[0], bound, slack, gap_tol):
+                break
         if _STOP_STALLED and found is None and best is None and path_stalled:
             # Nothing read off a stalled path: the next rounds resume it and
             # were measured to stall at the same point (no candidate, the
@@ -1398,19 +1444,29 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True):
         if best is not None and best[0] <= gap_tol:
             break
         tol *= 1e-2
-    if best is None or best[0] > 1e-6:
+    read_certified = read_off is not None and _read_off_certified(read_off[0], bound, slack, 1e-6)
+    if (best is None or best[0] > 1e-6) and not read_certified:
         # Not certified (degenerate or numerically extreme problems, e.g.
         # labels a hair apart at epsilon >~ 15): the fixed-output LP over the
         # rays the interior point kept plus debiased randomized response's
         # (which makes it feasible), at a fraction of the solver's time. The
         # bound reported stays a valid one, only not a tight one.
         best, bound = _fallback_rays(yn, p, e, state, best, bound, slack, gap_tol)
+    if read_off is not None and (
+        best is None or _ray_loss(yn, p, e, best[3], best[1], best[2]) > read_off[0]
+    ):
+        best = ((read_off[0] - bound - slack) / read_off[0],) + read_off[1:]
     if merge and best[0] > 1e-6:
         loss_now = _ray_loss(yn, p, e, best[3], best[1], best[2])
         tried = {1, yn.size}
         clusters_helped = False
         helped = False  # some level cut the loss
         improving = True  # the last level cut the loss by 10 % or more
+
+        def fine(n_groups):
+            # A level keeping over half the labels: about a direct solve.
+            return 2 * n_groups > yn.size and yn.size > _FULL_PATTERNS_MAX
+
         for merge_tol in _MERGE_TOLS:
             # Coarse to fine: the coarse levels are the small (fast) problems.
             # Stop at a 1 % gap. A level keeping over half the labels costs
@@ -1420,8 +1476,7 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True):
             if (loss_now - bound) <= 1e-2 * loss_now or (helped and not improving):
                 break
             n_groups = int(np.sum(np.diff(yn) > merge_tol)) + 1
-            if n_groups in tried or (clusters_helped and 2 * n_groups > yn.size
-                                     and yn.size > _FULL_PATTERNS_MAX):
+            if n_groups in tried or (clusters_helped and fine(n_groups)):
                 continue
             tried.add(n_groups)
             merged = _merged_labels_solution(yn, p, e, merge_tol, tol=tol_start, gap_tol=gap_tol)
@@ -1431,9 +1486,23 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True):
             bound = max(bound, m_bound)
             loss_m = _ray_loss(yn, p, e, m_cover, m_t, m_z)
             # Finer levels cost more and gained less (case 190, k = 807:
-            # 6 %, 0.1 % at 14 s, 19 s): continue while a level gains 10 %.
-            improving = loss_m < 0.9 * loss_now
+            # 6 %, 0.1 % at 14 s, 19 s): continue while a level gains 10 %,
+            # and after the first cheap level that gains at all (from a
+            # direct solve read off a stalled path, case 16 stopped there
+            # 0.35 % above the next level; after a fine one, case 21 spent
+            # 7 s on a level that gained nothing).
+            improving = (not helped and not fine(n_groups)) or loss_m < 0.9 * loss_now
             helped = helped or loss_m < loss_now
+            if (_STOP_FINE_LEVELS and fine(n_groups) and not loss_m < loss_now
+                    and path_infeas <= _NEAR_FEASIBLE):
+                # A level keeping most labels that does not beat a direct
+                # solve whose path stopped nearly feasible: the finer levels
+                # are closer copies of that problem at a direct solve's cost
+                # each (case 190, k = 807, path at 4.5e-8: 414 groups 7 %
+                # worse, then 750 and 800 groups 0.1 % worse and 0.009 %
+                # better, 45 of 70 s). From a path stalled further away
+                # (case 2: 8e-7) the finest level still gained 0.25 %.
+                break
             if loss_m < loss_now:
                 best, loss_now = (None, m_t, m_z, m_cover), loss_m
                 clusters_helped = clusters_helped or 2 * n_groups <= yn.size
@@ -1441,6 +1510,12 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True):
     return best, bound
 
 
+# Whether the merge ladder stops at the first level keeping over half the
+# labels that does not cut the loss (see :func:`_solve_normalized`).
+_STOP_FINE_LEVELS = True
+# ... when the direct path stopped with the rows and means violated by at
+# most this (barely stalled).
+_NEAR_FEASIBLE = 1e-7
 # When the direct solve does not certify, labels closer than each of these
 # (in units of the half range) are merged in turn (:func:`_merged_labels_solution`)
 # and the solution of least loss is kept: clustered priors (labels 1e-10 to
