@@ -207,3 +207,29 @@ def test_stalled_path_read_off_skips_the_fallback(monkeypatch):
     loss = mechanism_loss(y, p, outputs, matrix)
     assert read_off
     assert lower <= loss <= lower * (1 + 1e-5)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_labels_epsilon_below_the_solvers_floor_is_refused_before_spending():
+    # Was: prior_epsilon = 1 - 1e-7 charged the noisy prior, then the solver's
+    # exactness check failed on float rounding (RuntimeError after spending).
+    from skdp_label import BudgetAccountant
+    from skdp_label.mechanisms import AutoRegression, BiasVarianceRandomizer
+
+    y = np.random.default_rng(0).gamma(2.0, 2.0, 400).clip(0, 20)
+    for make in (
+        lambda acc: OptimalUnbiased(1.0, bounds=(0, 20), prior_epsilon=1 - 1e-7, accountant=acc),
+        lambda acc: OptimalUnbiased(1e-7, bounds=(0, 20), accountant=acc),
+        lambda acc: BiasVarianceRandomizer(1e-7, bounds=(0, 20), accountant=acc),
+    ):
+        acc = BudgetAccountant()
+        with pytest.raises(ValueError, match="below the 1e-06"):
+            make(acc).fit(y)
+        assert acc.spent_epsilon == 0.0
+    acc = BudgetAccountant()
+    OptimalUnbiased(1.0, bounds=(0, 20), prior_epsilon=1 - 2e-6, accountant=acc).fit_transform(y)
+    assert acc.spent_epsilon == pytest.approx(1.0)
+    # 'auto' skips the unbiased candidate there and spends what it charges.
+    acc = BudgetAccountant()
+    AutoRegression(1e-7, bounds=(0, 20), accountant=acc).fit_transform(y)
+    assert acc.spent_epsilon == pytest.approx(1e-7)

@@ -404,6 +404,18 @@ class BasePriorMechanism(BaseDiscreteMechanism):
     def _release_cost(self):
         return float(self.epsilon) - self.prior_epsilon_, 0.0
 
+    #: Smallest budget the labels' randomizer is computed for (a solver may
+    #: need more than the library's floor on epsilon).
+    _min_labels_epsilon = 0.0
+
+    def _check_labels_epsilon(self, eps_labels):
+        if eps_labels < self._min_labels_epsilon:
+            raise ValueError(
+                f"{type(self).__name__}: the labels would get epsilon {eps_labels:.3g} (after the "
+                f"prior's share), below the {self._min_labels_epsilon:g} this mechanism is "
+                "computed for; give the labels more of the budget (a smaller prior_epsilon)."
+            )
+
     def _fit_prior(self, y, epsilon=None):
         """(domain values, prior probabilities, epsilon left for the labels).
 
@@ -414,11 +426,13 @@ class BasePriorMechanism(BaseDiscreteMechanism):
         epsilon = float(self.epsilon) if epsilon is None else epsilon
         values, public_probs = self._domain(n_labels=y.shape[0])
         if public_probs is not None:
+            self._check_labels_epsilon(epsilon)
             self.prior_epsilon_ = 0.0
             return values, public_probs, epsilon
         eps1, eps_labels = split_epsilon(
             epsilon, self.prior_epsilon, y.shape[0], values.size, self._prior_epsilon_rule
         )
+        self._check_labels_epsilon(eps_labels)  # before the histogram is charged
         self.prior_epsilon_ = eps1
         if eps1 == 0.0:  # the rule chose the public uniform prior: nothing spent
             return values, np.full(values.size, 1.0 / values.size), eps_labels

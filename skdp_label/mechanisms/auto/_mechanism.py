@@ -111,7 +111,9 @@ def compare_candidates(
         if name not in mechanisms:
             try:
                 mechanisms[name] = AUTO_CANDIDATES[name](values, probs, epsilon, n_eff)
-            except RuntimeError as exc:  # a solver failure leaves the other candidates
+            # A solver failure, or a candidate refusing this epsilon (the unbiased
+            # randomizer below 1e-6), leaves the other candidates.
+            except (RuntimeError, ValueError) as exc:
                 warnings.warn(f"auto: candidate {name!r} failed ({exc}); skipped.", RuntimeWarning,
                               stacklevel=2)
                 continue

@@ -129,6 +129,9 @@ class BiasVarianceRandomizer(_UnbiasedRoundingMixin, BasePriorMechanism):
     """
     )
 
+    # The unbiased solver's structure: the same floor (see OptimalUnbiased).
+    _min_labels_epsilon = 1e-6
+
     _parameter_constraints = {
         **BasePriorMechanism._parameter_constraints,
         "bias_weight": [Interval(Real, 1, None, closed="left")],

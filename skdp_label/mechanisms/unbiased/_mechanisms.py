@@ -254,6 +254,10 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
 
     # Its variance depends little on the prior: a small share, or none.
     _prior_epsilon_rule = staticmethod(small_share_rule)
+    # Below it the solver's exactness checks fail on float rounding (log ratios
+    # of 1 + 1e-9) after a noisy prior was charged; noise of range / 1e-6 is
+    # no release anyway.
+    _min_labels_epsilon = 1e-6
 
     def _debiased_rr_fallback(self, values, epsilon, exc):
         """Last resort, exact by construction: debiased randomized response.
