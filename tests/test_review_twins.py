@@ -55,3 +55,28 @@ def test_rr_on_narrow_label_dtypes_is_the_same_through_twins(monkeypatch, y, cla
     # (uint64 labels: the class -1 comes out as 2**64 - 1, in both paths.)
     assert np.isin(twin, classes.astype(y.dtype)).all()
     assert not np.array_equal(twin, y)
+
+
+# -- RR-on-Bins lookup: a domain value -0.0 and a label +0.0 --------------------
+
+# values[j] - v = -0.0 - 0.0 = -0.0: its bit pattern is negative. The compiled
+# kernel's int64 difference of patterns overflowed (LLVM folded it into a
+# signed compare: bin j, right by luck); the twin's Python ints do not wrap
+# and picked bin j + 1 (the value 1.0 for a label at distance 0 from -0.0).
+def test_bins_lookup_of_a_label_zero_next_to_a_domain_value_minus_zero(monkeypatch):
+    from skdp_label.mechanisms.bins._sampling import BinLookup
+
+    values = np.array([-2.0, -1.0, -0.0, 1.0, 2.0])
+    lookup = BinLookup(values, np.arange(5))
+    y = np.array([0.0, -0.0, 0.0, 0.4, -0.6, 1e-300, -1e-300] * 30)
+    outputs = np.array([10.0, 20.0, 30.0, 40.0, 50.0])
+    runs = []
+    for use_twin in (True, False):
+        rng = np.random.default_rng(0)
+        with monkeypatch.context() as m:
+            force_kernels(m, use_twin)
+            runs.append((lookup.sample(y, rng, outputs, 0.0), _state(rng)))  # no flip
+    assert _same(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]
+    nearest = np.argmin(np.abs(y[:, None] - values[None, :]), axis=1)  # first of ties: not here
+    assert np.array_equal(runs[0][0], outputs[nearest])
+    assert np.array_equal(lookup(y), nearest)
