@@ -605,10 +605,20 @@ def randomized_response_contiguous(y, rng, lo, n_classes, c):
 
     Returns noisy labels (not codes) in the dtype of ``y``.
     """
-    out = np.empty_like(y)
-    kernel = kernel_for(_randomized_response_contiguous, rng, y.shape[0])
-    kernel(y, rng, lo, n_classes, c, out)
-    return out
+    # The kernel sees float64 or int64 labels: numba promotes int8 - int64 to
+    # int64 where a twin's numpy scalars keep int8 against the Python int lo
+    # (NEP 50: y - lo wrapped), and numba has no float16. uint64 classes beyond
+    # int64 stay uint64 (uint64 - uint64 in both).
+    if y.dtype.kind == "f":
+        work = y.astype(np.float64)
+    elif lo + n_classes <= 2**63:
+        work = y.astype(np.int64)
+    else:
+        work = y
+    out = np.empty_like(work)
+    kernel = kernel_for(_randomized_response_contiguous, rng, work.shape[0])
+    kernel(work, rng, lo, n_classes, c, out)
+    return out.astype(y.dtype, copy=False)
 
 
 @numba.njit(cache=True, nogil=True)

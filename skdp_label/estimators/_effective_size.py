@@ -57,7 +57,16 @@ def simulated_effective_size(estimator, X):
     sparse = hasattr(values, "tocsr")
     context = (n,) if sparse else public_fingerprint("effective sample size", values)
     noise = simulation_generator(*context).standard_normal(n)
-    prediction = np.asarray(clone(estimator).fit(X, noise).predict(X), dtype=np.float64)
+    model = clone(estimator)
+    # An unseeded estimator (a random forest) is seeded from the same public
+    # context: n_eff, a parameter of the mechanism and so of its seeded noise
+    # stream, is then one function of X (a seeded release reproduces).
+    params = model.get_params()
+    unseeded = [k for k, v in params.items() if k.endswith("random_state") and v is None]
+    if unseeded:
+        seed = int(simulation_generator(*context, "estimator").integers(2**31))
+        model.set_params(**dict.fromkeys(unseeded, seed))
+    prediction = np.asarray(model.fit(X, noise).predict(X), dtype=np.float64)
     mean_square = float(np.mean(prediction**2))
     return float(min(max(1.0 / mean_square, 1.0), n)) if mean_square > 0 else float(n)
 

@@ -62,8 +62,9 @@ def _bins_kernel(sample):
                         j -= 1
                     # 0 < j < k; ties go up: j - 1 when v - values[j - 1] <
                     # values[j] - v, both >= 0, so compared as bit patterns (a
-                    # mask, not a mispredicted branch).
-                    below = (float_bits(v - values[j - 1]) - float_bits(values[j] - v)) >> 63
+                    # mask, not a mispredicted branch). + 0.0: a domain value -0.0
+                    # and a label 0.0 leave -0.0, whose bit pattern is negative.
+                    below = (float_bits(v - values[j - 1]) - float_bits(values[j] - v + 0.0)) >> 63
                     bin_ = bin_map[j + below]
             if sample:
                 begin_row(rng, n)  # keyed releases: row n reads its own stream
