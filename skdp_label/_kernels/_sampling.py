@@ -610,9 +610,9 @@ def randomized_response_contiguous(y, rng, lo, n_classes, c):
     # (NEP 50: y - lo wrapped), and numba has no float16. uint64 classes beyond
     # int64 stay uint64 (uint64 - uint64 in both).
     if y.dtype.kind == "f":
-        work = y.astype(np.float64)
+        work = y.astype(np.float64, copy=False)
     elif lo + n_classes <= 2**63:
-        work = y.astype(np.int64)
+        work = y.astype(np.int64, copy=False)
     else:
         work = y
     out = np.empty_like(work)
