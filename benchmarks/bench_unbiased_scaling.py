@@ -44,6 +44,7 @@ from threadpoolctl import threadpool_limits
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 from skdp_label.mechanisms.unbiased import feasible_output_set  # noqa: E402
+from skdp_label.mechanisms.unbiased import _solver  # noqa: E402
 from skdp_label.mechanisms.unbiased._grid import _grid_lp  # noqa: E402
 from skdp_label.mechanisms.unbiased._solver import (  # noqa: E402
     check_exact_mechanism,
@@ -104,8 +105,41 @@ def irregular_prior(rng, k, kind=None):
     return y, p / p.sum()
 
 
+class _StageTimer:
+    """CPU time spent in the solver's LP fallback (``_fallback_rays``) and in
+    its merge ladder (``_merged_labels_solution``), outermost calls only:
+    the benchmark wraps those two module functions (the solver calls them
+    through its module), so a case shows whether and how long it fell back."""
+
+    def __init__(self):
+        self.depth = 0
+        self.times = {}
+
+    def wrap(self, name):
+        inner = getattr(_solver, name)
+
+        def timed(*args, **kwargs):
+            self.depth += 1
+            c0 = time.process_time()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.depth -= 1
+                if self.depth == 0:
+                    self.times[name] = self.times.get(name, 0.0) + time.process_time() - c0
+
+        setattr(_solver, name, timed)
+
+
+STAGES = _StageTimer()
+STAGES.wrap("_fallback_rays")
+STAGES.wrap("_merged_labels_solution")
+
+
 def solve(y, p, eps):
-    """Wall time, CPU time (``time.process_time``), loss and relative gap."""
+    """Wall time, CPU time (``time.process_time``), loss and relative gap;
+    ``STAGES.times`` holds the CPU time of the fallback stages of this solve."""
+    STAGES.times = {}
     t0, c0 = time.perf_counter(), time.process_time()
     outputs, matrix, lower = optimal_unbiased_continuous(y, p, eps)
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -178,6 +212,8 @@ def main():
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--sweep", type=int, default=200, help="random irregular priors")
     parser.add_argument("--sweep-k", type=int, nargs=2, default=[20, 900], metavar=("MIN", "MAX"))
+    parser.add_argument("--sweep-eps", type=float, nargs="+", default=list(SWEEP_EPSILONS),
+                        help="epsilons a sweep prior draws from")
     parser.add_argument("--cases", type=int, nargs="+", default=None,
                         help="re-run these sweep priors only (their numbers in the sweep)")
     parser.add_argument("--sweep-lp-max", type=int, default=0,
@@ -234,14 +270,18 @@ def main():
             sweep(args)
 
 
-def sweep_case(index, k_range=(20, 900)):
+SWEEP_EPSILONS = (0.05, 0.3, 1.0, 3.0, 8.0, 15.0, 22.0, 30.0)
+
+
+def sweep_case(index, k_range=(20, 900), epsilons=SWEEP_EPSILONS):
     """Irregular prior number ``index`` of the sweep (its own generator, so a
-    case re-runs alone: ``--cases``): k log-uniform in ``k_range``."""
+    case re-runs alone: ``--cases``): k log-uniform in ``k_range``, epsilon
+    drawn from ``epsilons`` (another list keeps the prior, changes epsilon)."""
     rng = np.random.default_rng([13, index])
     k = int(round(math.exp(rng.uniform(math.log(k_range[0]), math.log(k_range[1])))))
     kind = int(rng.integers(4))
     y, p = irregular_prior(rng, k, kind=kind)
-    eps = float(rng.choice([0.05, 0.3, 1.0, 3.0, 8.0, 15.0, 22.0, 30.0]))
+    eps = float(epsilons[int(rng.integers(len(epsilons)))])
     return KINDS[kind], y, p, eps
 
 
@@ -251,24 +291,28 @@ def sweep(args):
     cases = args.cases if args.cases else range(args.sweep)
     print(f"\nirregular priors (k log-uniform in {args.sweep_k}, epsilon 0.05-30); CPU s")
     head = f"{'case':>6}{'kind':>11}{'k':>5}{'eps':>6}{'cpu':>8}{'gap':>10}"
+    head += f"{'LP fb':>8}{'merge':>8}"
     head += f"{'old cpu':>10}{'old loss/ours':>15}" if args.old else ""
     print(head + (f"{'grid LP loss/ours':>19}" if args.sweep_lp_max else ""))
-    rows, fails, old_times = [], 0, {}
+    rows, fails, old_times = [], 0, []
     for index in cases:
-        kind, y, p, eps = sweep_case(index, tuple(args.sweep_k))
+        kind, y, p, eps = sweep_case(index, tuple(args.sweep_k), args.sweep_eps)
         try:
             _, cpu, loss, gap = solve(y, p, eps)
         except RuntimeError as exc:
             fails += 1
             print(f"{index:>6}{kind:>11}{y.size:>5}{eps:>6g}  raised {type(exc).__name__}")
             continue
-        rows.append((index, cpu, gap))
+        fb = STAGES.times.get("_fallback_rays")
+        merge = STAGES.times.get("_merged_labels_solution")
+        rows.append((index, cpu, gap, fb, merge))
         row = f"{index:>6}{kind:>11}{y.size:>5}{eps:>6g}{cpu:>8.2f}{gap:>10.1e}"
+        row += "".join(f"{x:>8.2f}" if x is not None else f"{'-':>8}" for x in (fb, merge))
         if args.old:
             old_cpu, old_loss = old_solver_time(args.old, y, p, eps, args.timeout,
                                                 args.all_patterns)
             if isinstance(old_cpu, float):
-                old_times[index] = old_cpu
+                old_times.append((cpu, old_cpu))  # a list: --cases may repeat a case
                 old_cpu = f"{old_cpu:.2f}"
             row += f"{old_cpu:>10}{(f'{old_loss / loss:.10f}' if old_loss else '-'):>15}"
         if y.size <= args.sweep_lp_max:
@@ -276,7 +320,11 @@ def sweep(args):
         print(row, flush=True)
     if not rows:
         return
-    idx, times, gaps = (np.array(x) for x in zip(*rows))
+    idx, times, gaps = (np.array(x) for x in list(zip(*rows))[:3])
+    fb = np.array([r[3] is not None for r in rows])
+    merged = np.array([r[4] is not None for r in rows])
+    # Time outside the fallback stages: what the main path took.
+    main = times - np.array([(r[3] or 0.0) + (r[4] or 0.0) for r in rows])
     slow = idx[np.argsort(times)[::-1][:5]]
     print(f"\n{len(rows) + fails} priors: {fails} raised, "
           f"{(gaps <= 1e-9).sum()} certified to 1e-9, {(gaps <= 1e-6).sum()} to 1e-6, "
@@ -285,9 +333,14 @@ def sweep(args):
           f"{np.median(times):.3f} s, 95 % {np.quantile(times, 0.95):.2f} s, "
           f"max {times.max():.2f} s (max / median {times.max() / np.median(times):.0f}); "
           f"slowest cases: {' '.join(map(str, slow))}")
+    extra = times / np.maximum(main, 1e-3)
+    some = fb | merged
+    print(f"LP fallback on {fb.sum()} (cases {' '.join(map(str, idx[fb]))}), merge ladder on "
+          f"{merged.sum()}; total / main-path CPU time: max {extra.max():.1f} "
+          f"(case {idx[np.argmax(extra)]}), median over those cases "
+          f"{np.median(extra[some]) if some.any() else float('nan'):.1f}")
     if old_times:
-        ours = np.array([t for i, t, _ in rows if i in old_times])
-        old = np.array(list(old_times.values()))
+        ours, old = (np.array(x) for x in zip(*old_times))
         print(f"--old on {old.size} of them: total CPU {old.sum():.1f} s (ours {ours.sum():.1f} s), "
               f"max {old.max():.2f} s; ours slower by > 20 % and 0.5 s on "
               f"{int(((ours > 1.2 * old) & (ours > old + 0.5)).sum())}")

@@ -94,6 +94,7 @@ randomized response's singleton rays, mixed in with the least loss
 from __future__ import annotations
 
 import math
+import time
 from functools import partial
 
 import numpy as np
@@ -1115,7 +1116,7 @@ def _exact_rays(y, p, e, cover, t, z):
     return _mix_with_rr(y, p, e, cover, t, s)
 
 
-def _fixed_output_lp(y, p, e, cover, z, *, duals=False):
+def _fixed_output_lp(y, p, e, cover, z, *, duals=False, deadline=None):
     """Best weights of the given rays with their outputs held at ``z``.
 
     ``cover`` (k x n, boolean) holds each ray's set of high entries (any
@@ -1131,7 +1132,8 @@ def _fixed_output_lp(y, p, e, cover, z, *, duals=False):
     and the variables are the rays' high entries ``v = (1 + e) t`` so that
     the matrix stays of order 1 at any epsilon. Returns the indices of the
     rays with positive weight and their weights ``t``, re-solved exactly on
-    that support, or None.
+    that support, or None (also when HiGHS has not finished by ``deadline``,
+    a :func:`time.perf_counter` time).
     """
     finite = np.isfinite(z)
     cover, z = cover[:, finite], z[finite]
@@ -1160,14 +1162,17 @@ def _fixed_output_lp(y, p, e, cover, z, *, duals=False):
     for tol in (1e-9, 1e-7):  # HiGHS may give up at the tighter tolerance
         # No presolve: HiGHS's presolve (scipy 1.17) aborted the process
         # (heap corruption) on some of these LPs at the tight tolerances.
-        res = linprog(
-            cost * low, A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs",
-            options={"primal_feasibility_tolerance": tol, "dual_feasibility_tolerance": tol,
-                     "presolve": False},
-        )
-        if res.status == 0:
+        options = {"primal_feasibility_tolerance": tol, "dual_feasibility_tolerance": tol,
+                   "presolve": False}
+        if deadline is not None:
+            options["time_limit"] = deadline - time.perf_counter()
+            if options["time_limit"] <= 0:
+                return None
+        res = linprog(cost * low, A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs",
+                      options=options)
+        if res.status in (0, 1):  # solved, or out of time (no retry)
             break
-    else:
+    if res.status != 0:
         return None
     v = res.x
     support = np.nonzero(v > 1e-13 * v.max())[0]
@@ -1279,13 +1284,14 @@ def _lp_rays(y, p, e, cover, z, u, w):
     return polished if polished is not None else (cover, (t, z, u, w))
 
 
-def _column_generation(y, p, e, cover, z, bound, slack, gap_tol, *, rounds=10):
+def _column_generation(y, p, e, cover, z, bound, slack, gap_tol, *, rounds=10, deadline=None):
     """Fixed-output LP with exact pricing: add the ray of least reduced cost
     (any pattern, its best output) under the LP's duals until the certified
-    gap closes. Returns ``(gap, t, z, cover, bound)`` of the last LP."""
+    gap closes or ``deadline`` passes. Returns ``(gap, t, z, cover, bound)``
+    of the last LP that finished, or None."""
     best = None
     for _ in range(rounds):
-        out = _fixed_output_lp(y, p, e, cover, z, duals=True)
+        out = _fixed_output_lp(y, p, e, cover, z, duals=True, deadline=deadline)
         if out is None:
             break
         support, t, z_s, u, w = out
@@ -1312,12 +1318,15 @@ def _column_generation(y, p, e, cover, z, bound, slack, gap_tol, *, rounds=10):
     return best
 
 
-def _fallback_rays(y, p, e, state, best, bound, slack, gap_tol):
+def _fallback_rays(y, p, e, state, best, bound, slack, gap_tol, deadline=None):
     """Column generation from every candidate ray; returns ``(best, bound)``.
 
     Candidates: the rays the interior point kept (at the outputs minimising
     their reduced cost), the best candidate so far, and debiased randomized
     response's singleton rays, which make the LP feasible for any prior.
+    An LP unfinished at ``deadline`` is dropped: ``best`` stays the best
+    candidate found before (debiased randomized response when there is
+    none), ``bound`` the best bound certified so far.
     """
     k = y.size
     rr_z = debiased_rr_outputs(y, math.log1p(e))
@@ -1333,7 +1342,8 @@ def _fallback_rays(y, p, e, state, best, bound, slack, gap_tol):
         covers.append(best[3])
         outputs.append(best[2])
     found = _column_generation(
-        y, p, e, np.hstack(covers), np.concatenate(outputs), bound, slack, gap_tol
+        y, p, e, np.hstack(covers), np.concatenate(outputs), bound, slack, gap_tol,
+        deadline=deadline,
     )
     if found is not None:
         bound = found[4]
@@ -1371,9 +1381,15 @@ def _drop_nonpositive(polish, cover, t, u, w):
     return None
 
 
-def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True):
+def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True, deadline=None):
     """Core of :func:`optimal_unbiased_continuous` on labels in ``[-1, 1]``:
-    ``(best, bound)`` with ``best = (relative gap, t, z, cover)``."""
+    ``(best, bound)`` with ``best = (relative gap, t, z, cover)``.
+
+    The stages after the direct solve (the LP fallback, the merge ladder)
+    get time budgets in proportion to the direct solve's time (see
+    :data:`_FALLBACK_BUDGET`); ``deadline`` (a :func:`time.perf_counter`
+    time, from an enclosing merge ladder) caps them further."""
+    started = time.perf_counter()
     tol_start = tol
     # Rounding floor of the certificate: reduced costs are sums of terms
     # up to e^eps times the (normalised) squared range.
@@ -1444,6 +1460,7 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True):
         if best is not None and best[0] <= gap_tol:
             break
         tol *= 1e-2
+    direct = time.perf_counter() - started  # the direct solve's time, the budgets' unit
     read_certified = read_off is not None and _read_off_certified(read_off[0], bound, slack, 1e-6)
     if (best is None or best[0] > 1e-6) and not read_certified:
         # Not certified (degenerate or numerically extreme problems, e.g.
@@ -1451,12 +1468,14 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True):
         # rays the interior point kept plus debiased randomized response's
         # (which makes it feasible), at a fraction of the solver's time. The
         # bound reported stays a valid one, only not a tight one.
-        best, bound = _fallback_rays(yn, p, e, state, best, bound, slack, gap_tol)
+        best, bound = _fallback_rays(yn, p, e, state, best, bound, slack, gap_tol,
+                                     deadline=_stage_deadline(direct, "lp", deadline))
     if read_off is not None and (
         best is None or _ray_loss(yn, p, e, best[3], best[1], best[2]) > read_off[0]
     ):
         best = ((read_off[0] - bound - slack) / read_off[0],) + read_off[1:]
     if merge and best[0] > 1e-6:
+        ladder_deadline = _stage_deadline(direct, "merge", deadline)
         loss_now = _ray_loss(yn, p, e, best[3], best[1], best[2])
         tried = {1, yn.size}
         clusters_helped = False
@@ -1473,13 +1492,15 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True):
             # about a direct solve (measured 20-40 s at k = 538-636 where it
             # stalls like it) and is tried only when no level merging
             # clusters helped: it is for a few near-tied pairs (case 2).
-            if (loss_now - bound) <= 1e-2 * loss_now or (helped and not improving):
+            if ((loss_now - bound) <= 1e-2 * loss_now or (helped and not improving)
+                    or time.perf_counter() >= ladder_deadline):
                 break
             n_groups = int(np.sum(np.diff(yn) > merge_tol)) + 1
             if n_groups in tried or (clusters_helped and fine(n_groups)):
                 continue
             tried.add(n_groups)
-            merged = _merged_labels_solution(yn, p, e, merge_tol, tol=tol_start, gap_tol=gap_tol)
+            merged = _merged_labels_solution(yn, p, e, merge_tol, tol=tol_start, gap_tol=gap_tol,
+                                             deadline=ladder_deadline)
             if merged is None:
                 continue
             m_t, m_z, m_cover, m_bound = merged
@@ -1510,6 +1531,25 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True):
     return best, bound
 
 
+# Time budgets of the stages after the direct solve, in units of the direct
+# solve's own time, at least ``_MIN_BUDGET`` seconds each: the LP fallback's
+# HiGHS runs stop there (near-tied labels at k = 807, epsilon 15: its first
+# LP ran for minutes after a 9 s direct solve; HiGHS took 8 ms an iteration
+# on it), and the merge ladder starts no level after its budget. What is
+# returned is then the best candidate found before, made exact like any
+# other, with the bound certified so far (valid, less tight). The budgets
+# are wall-clock time (HiGHS's ``time_limit``): on a loaded machine a prior
+# that hits one may get a different, equally exact, mechanism.
+_FALLBACK_BUDGET = {"lp": 1.0, "merge": 2.0}
+_MIN_BUDGET = 1.0
+
+
+def _stage_deadline(direct, stage, outer=None):
+    """Deadline of a stage starting now, after a direct solve of ``direct`` s."""
+    own = time.perf_counter() + max(_MIN_BUDGET, _FALLBACK_BUDGET[stage] * direct)
+    return own if outer is None else min(own, outer)
+
+
 # Whether the merge ladder stops at the first level keeping over half the
 # labels that does not cut the loss (see :func:`_solve_normalized`).
 _STOP_FINE_LEVELS = True
@@ -1524,7 +1564,7 @@ _NEAR_FEASIBLE = 1e-7
 _MERGE_TOLS = (1e-4, 1e-5, 1e-6, 1e-7, 1e-8)
 
 
-def _merged_labels_solution(yn, p, e, merge_tol, *, tol, gap_tol):
+def _merged_labels_solution(yn, p, e, merge_tol, *, tol, gap_tol, deadline=None):
     """Solution with labels a hair apart merged, lifted back exactly.
 
     Near-tied labels (relative 1e-10 apart in clustered priors) make the
@@ -1536,6 +1576,8 @@ def _merged_labels_solution(yn, p, e, merge_tol, *, tol, gap_tol):
     merged duals, split over each group in proportion to the masses, are
     valid duals of the original problem (any duals certify). Returns
     ``(t, z, cover, bound)`` or None when no labels are that close.
+    Its LPs stop at ``deadline`` (the merged problem's own interior point
+    runs to its end: it is smaller than the direct one).
     """
     k = yn.size
     starts = np.concatenate([[0], np.nonzero(np.diff(yn) > merge_tol)[0] + 1])
@@ -1546,9 +1588,10 @@ def _merged_labels_solution(yn, p, e, merge_tol, *, tol, gap_tol):
     size = np.diff(np.append(starts, k))
     ym = np.where(mass > 0, np.add.reduceat(p * yn, starts) / np.where(mass > 0, mass, 1.0),
                   np.add.reduceat(yn, starts) / size)
-    (_, t, z, cover), _ = _solve_normalized(ym, mass, e, tol=tol, gap_tol=gap_tol, merge=False)
+    (_, t, z, cover), _ = _solve_normalized(ym, mass, e, tol=tol, gap_tol=gap_tol, merge=False,
+                                            deadline=deadline)
     bound = -np.inf
-    out = _fixed_output_lp(ym, mass, e, cover, z, duals=True)
+    out = _fixed_output_lp(ym, mass, e, cover, z, duals=True, deadline=deadline)
     if out is not None:
         support, t_lp, _, u, w = out
         polished = _polish_positive(ym, mass, e, cover[:, support], t_lp, u, w)
