@@ -341,8 +341,8 @@ def sweep(args):
           f"{np.median(extra[some]) if some.any() else float('nan'):.1f}")
     if old_times:
         ours, old = (np.array(x) for x in zip(*old_times))
-        print(f"--old on {old.size} of them: total CPU {old.sum():.1f} s (ours {ours.sum():.1f} s), "
-              f"max {old.max():.2f} s; ours slower by > 20 % and 0.5 s on "
+        print(f"--old on {old.size} of them: total CPU {old.sum():.1f} s "
+              f"(ours {ours.sum():.1f} s), max {old.max():.2f} s; ours slower by > 20 % and 0.5 s on "
               f"{int(((ours > 1.2 * old) & (ours > old + 0.5)).sum())}")
 
 if __name__ == "__main__":
