@@ -62,6 +62,10 @@ Structure used here
   (regular priors at epsilon >~ 15 stop just short of feasibility; their
   fallback LP took minutes). The merge ladder stops at a level keeping
   over half the labels that does not beat a nearly feasible direct path.
+  The LP fallback and the merge ladder run within wall-clock budgets of
+  one and two times the direct solve's time (at least 1 s each): cut
+  short, they return the best candidate found before, made exact like any
+  other, and the bound certified so far (valid, less tight).
 * Certificate: for *any* duals ``(u, w)`` and any epsilon-DP unbiased
   mechanism (any staircase pattern, not only intervals; any output value)
   the loss is at least ``sum u + sum w y + min(0, min_{S, z} rc(S, z))``
@@ -1626,7 +1630,10 @@ def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-
         most). A gap up to 1e-6 is accepted (degenerate problems with
         ties); beyond that the LP fallback of the module docstring gives
         an exact mechanism, never worse than debiased randomized response,
-        and ``lower_bound`` stays valid but is not tight.
+        and ``lower_bound`` stays valid but is not tight. Those fallbacks
+        run within time budgets proportional to the direct solve's time,
+        so on a loaded machine a prior that needs them may get another
+        (equally exact) mechanism with a looser bound.
 
     Returns
     -------
