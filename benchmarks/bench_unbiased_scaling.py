@@ -21,7 +21,11 @@ the working set). The machine's
 load average is printed: on a shared machine compare ratios, not seconds.
 
 Times: wall clock and CPU (``time.process_time``, the figure to compare on a
-shared machine); the growth exponent is fitted to the CPU times.
+shared machine); the growth exponent is fitted to the CPU times. Columns
+"LP fb" and "merge": CPU time of the solver's LP fallback and merge ladder
+(``-``: not run); the sweep's summary gives the largest ratio of a case's
+total time to its time outside them (the "no slow fallback" target).
+``--sweep-eps 15`` draws every sweep prior's epsilon from that list.
 
 Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_unbiased_scaling.py``
 (``--sizes 50 200 1000`` to choose k, ``--sizes`` alone to skip them, ``--sweep 0``
@@ -136,6 +140,12 @@ STAGES.wrap("_fallback_rays")
 STAGES.wrap("_merged_labels_solution")
 
 
+def _stage_columns():
+    """CPU seconds of the LP fallback and the merge ladder in the last solve."""
+    times = (STAGES.times.get(name) for name in ("_fallback_rays", "_merged_labels_solution"))
+    return "".join(f"{x:>8.2f}" if x is not None else f"{'-':>8}" for x in times)
+
+
 def solve(y, p, eps):
     """Wall time, CPU time (``time.process_time``), loss and relative gap;
     ``STAGES.times`` holds the CPU time of the fallback stages of this solve."""
@@ -230,6 +240,7 @@ def main():
         if args.sizes:
             print(f"\nepsilon = {eps}; times in s; gap = (loss - certified bound) / loss")
         head = f"{'prior':<12}{'k':>6}{'wall':>9}{'cpu':>9}{'loss':>14}{'gap':>10}"
+        head += f"{'LP fb':>8}{'merge':>8}"
         head += f"{'grid LP 4k':>12}{'LP loss/ours':>14}"
         head += f"{'old cpu':>10}{'old loss/ours':>15}" if args.old else ""
         if args.sizes:
@@ -242,10 +253,11 @@ def main():
                 try:
                     elapsed, cpu, loss, gap = solve(y, p, eps)
                     row = f"{name:<12}{y.size:>6}{elapsed:>9.2f}{cpu:>9.2f}"
-                    row += f"{loss:>14.8g}{gap:>10.1e}"
+                    row += f"{loss:>14.8g}{gap:>10.1e}" + _stage_columns()
                     fits.setdefault(name, []).append((y.size, cpu))
                 except (RuntimeError, MemoryError) as exc:
                     row = f"{name:<12}{y.size:>6}{'failed':>18}{'':>14}{type(exc).__name__:>10}"
+                    row += f"{'':>16}"
                     loss = float("nan")
                 if k <= args.lp_max:
                     t_lp, lp_loss = grid_lp(y, p, eps, 4 * y.size)
@@ -306,8 +318,7 @@ def sweep(args):
         fb = STAGES.times.get("_fallback_rays")
         merge = STAGES.times.get("_merged_labels_solution")
         rows.append((index, cpu, gap, fb, merge))
-        row = f"{index:>6}{kind:>11}{y.size:>5}{eps:>6g}{cpu:>8.2f}{gap:>10.1e}"
-        row += "".join(f"{x:>8.2f}" if x is not None else f"{'-':>8}" for x in (fb, merge))
+        row = f"{index:>6}{kind:>11}{y.size:>5}{eps:>6g}{cpu:>8.2f}{gap:>10.1e}" + _stage_columns()
         if args.old:
             old_cpu, old_loss = old_solver_time(args.old, y, p, eps, args.timeout,
                                                 args.all_patterns)
