@@ -3,6 +3,7 @@ made before anything is spent, metadata routing and delegation."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import warnings
 
@@ -46,10 +47,56 @@ from ..utils._random import (
     release_generator,
 )
 from ..utils._progress import VERBOSE_CONSTRAINT, Progress
-from ..utils._repr import PrivacyReprMixin
+from ..utils._repr import PrivacyReprMixin, public_repr
 from ._scorers import noisy_label_scorer
 
-__all__ = ["BaseLabelDPEstimator"]
+__all__ = ["BaseLabelDPEstimator", "unfitted_on_failure"]
+
+
+class _FitAttempt:
+    """What one call to ``fit`` has charged so far (epsilon per label).
+
+    The fit sets :attr:`charged`, a function of its local mechanisms, once
+    it has them; it is read on success and on failure alike."""
+
+    def __init__(self):
+        self.charged = lambda: 0.0
+
+
+def unfitted_on_failure(fit):
+    """Decorate a label-DP ``fit``: a fit that raises leaves the estimator
+    unfitted (no fitted attribute of an earlier fit survives), and the
+    epsilon it had charged before failing is added to ``epsilon_spent_``
+    and named in a note on the exception. ``fit`` receives the attempt's
+    :class:`_FitAttempt` as ``self._attempt`` (removed when it returns)."""
+
+    @functools.wraps(fit)
+    def wrapper(self, *args, **kwargs):
+        had_spent = hasattr(self, "epsilon_spent_")
+        before = getattr(self, "epsilon_spent_", 0.0)
+        self._attempt = attempt = _FitAttempt()
+        try:
+            fitted = fit(self, *args, **kwargs)
+            self.epsilon_spent_ = before + attempt.charged()
+            return fitted
+        except BaseException as exc:
+            charged = attempt.charged()
+            for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
+                delattr(self, name)
+            if had_spent or charged:
+                self.epsilon_spent_ = before + charged
+            if charged:
+                exc.add_note(
+                    f"{type(self).__name__}.fit failed after charging epsilon={charged:g} per "
+                    "label (recorded in the accountant's ledger, if one is attached); that "
+                    "budget is spent. The estimator is left unfitted; epsilon_spent_ "
+                    f"({self.epsilon_spent_:g}) includes the charge."
+                )
+            raise
+        finally:
+            del self._attempt
+
+    return wrapper
 
 
 class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
@@ -98,6 +145,7 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
         estimator's ``accountant`` and ``random_state`` are used when given.
         ``random_state`` is None or an int (see :meth:`_fit_context`).
         """
+        self._check_mechanism_params(public)
         if isinstance(self.mechanism, str):
             params = {k: v for k, v in public.items() if v is not None}
             params.update(getattr(self, "mechanism_params", None) or {})
@@ -124,6 +172,48 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
         if self.verbose and not getattr(mech, "verbose", True):
             mech.set_params(verbose=self.verbose)
         return mech
+
+    #: Mechanism parameters the estimator sets from its own parameters.
+    _OWN_MECHANISM_PARAMS = ("epsilon", "accountant", "random_state", "bounds", "domain")
+    #: Public inputs given both to the estimator and to a mechanism instance.
+    _SHARED_PUBLIC_INPUTS = ("bounds", "domain", "classes")
+
+    def _check_mechanism_params(self, public):
+        """Refuse, before anything is spent, a parameter given in two places:
+        ``mechanism_params`` with an instance, a ``mechanism_params`` key the
+        estimator sets itself, or an instance's public input (bounds, domain,
+        classes) that differs from the estimator's."""
+        name = type(self).__name__
+        params = getattr(self, "mechanism_params", None) or {}
+        if isinstance(self.mechanism, str):
+            taken = sorted(set(params) & set(self._OWN_MECHANISM_PARAMS))
+            if taken:
+                raise ValueError(
+                    f"{name}: mechanism_params sets {', '.join(taken)}, which the estimator "
+                    f"sets itself; pass {', '.join(f'{k}=' for k in taken)} to {name}."
+                )
+            return
+        mech_name = type(self.mechanism).__name__
+        if params:
+            raise ValueError(
+                f"{name}: mechanism_params ({', '.join(sorted(params))}) only applies to a "
+                f"mechanism named by a string; set these parameters on the {mech_name} instance."
+            )
+        own = self.mechanism.get_params(deep=False)
+        for key in self._SHARED_PUBLIC_INPUTS:
+            mine, theirs = public.get(key), own.get(key)
+            if mine is None or theirs is None:
+                continue
+            try:
+                same = np.array_equal(np.asarray(mine), np.asarray(theirs))
+            except Exception:  # noqa: BLE001 - incomparable values differ
+                same = False
+            if not same:
+                raise ValueError(
+                    f"{name}: the {mech_name} instance has {key}={public_repr(theirs)} but the "
+                    f"estimator has {key}={public_repr(mine)}; give {key} in one place (or the "
+                    "same value, in the same order, in both)."
+                )
 
     def _progress(self):
         return Progress(self.verbose, type(self).__name__)

@@ -10,7 +10,6 @@ import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils import check_random_state as sklearn_check_random_state
-from sklearn.utils._param_validation import Interval
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import (
     check_consistent_length,
@@ -19,7 +18,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from ..mechanisms._validation import encode_classes
+from ..mechanisms._validation import NumberInterval, encode_classes
 from ._noise_aware import noise_inverse, softmax
 
 __all__ = ["DebiasedSGDClassifier", "debiased_gradient"]
@@ -128,11 +127,11 @@ class DebiasedSGDClassifier(ClassifierMixin, BaseEstimator):
     _parameter_constraints = {
         "noise": ["array-like", None, object],
         "classes": ["array-like", None],
-        "alpha": [Interval(Real, 0, None, closed="left")],
-        "eta0": [Interval(Real, 0, None, closed="neither")],
-        "batch_size": [Interval(Integral, 1, None, closed="left")],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
-        "max_norm": [Interval(Real, 0, None, closed="neither"), None],
+        "alpha": [NumberInterval(Real, 0, None, closed="left")],
+        "eta0": [NumberInterval(Real, 0, None, closed="neither")],
+        "batch_size": [NumberInterval(Integral, 1, None, closed="left")],
+        "max_iter": [NumberInterval(Integral, 1, None, closed="left")],
+        "max_norm": [NumberInterval(Real, 0, None, closed="neither"), None],
         "random_state": ["random_state"],
     }
 

@@ -67,9 +67,9 @@ def random_state_constraint() -> list[Any]:
     Stream types are admitted by the constraint only so that
     :func:`check_random_state` can refuse them with a message that says why.
     """
-    from sklearn.utils._param_validation import Interval
+    from ..mechanisms._validation import NumberInterval  # not a bool either
 
-    return [Interval(Integral, 0, None, closed="left"), None, *_STREAM_TYPES]
+    return [NumberInterval(Integral, 0, None, closed="left"), None, *_STREAM_TYPES]
 
 
 def check_random_state(random_state: int | None, owner: str = "random_state") -> int | None:
