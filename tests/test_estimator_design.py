@@ -10,8 +10,10 @@ import pytest
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.model_selection import KFold
 
 from skdp_label import BudgetAccountant, LabelDPClassifier, LabelDPRegressor
+from skdp_label.estimators import DebiasedSGDClassifier
 from skdp_label.mechanisms import Laplace, RROnBins
 
 pytestmark = pytest.mark.filterwarnings("ignore::skdp_label.PrivacyLeakWarning")
@@ -255,3 +257,152 @@ def test_no_number_parameter_of_the_package_takes_a_bool():
                 else:
                     taken.append(f"{name}.{param}={flag!r}")
     assert taken == [], taken
+
+
+# -- 4. DebiasedSGDClassifier: its generator comes from utils/_random.py and is never kept ---
+
+_STREAM_TYPES = (np.random.Generator, np.random.RandomState, np.random.BitGenerator,
+                 np.random.SeedSequence)
+
+
+def _streams_inside(obj, seen=None):
+    """Generator-like objects reachable from ``obj``'s attributes and containers."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen or isinstance(obj, (str, bytes, np.ndarray, int, float)):
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, _STREAM_TYPES):
+        return [type(obj).__name__]
+    children = []
+    if isinstance(obj, dict):
+        children = list(obj.values())
+    elif isinstance(obj, (list, tuple, set)):
+        children = list(obj)
+    elif hasattr(obj, "__dict__"):
+        children = list(vars(obj).values())
+    return [found for child in children for found in _streams_inside(child, seen)]
+
+
+@pytest.mark.parametrize("random_state", [None, 0])
+def test_debiased_sgd_pickle_holds_no_generator(random_state):
+    # Was: a RandomState was accepted as random_state and kept as a parameter, and
+    # the order's generator was made by scikit-learn, outside utils/_random.py.
+    X, _, codes = _data()
+    clf = DebiasedSGDClassifier(classes=range(3), random_state=random_state, max_iter=2)
+    clf.fit(X, codes).partial_fit(X, codes)
+    blob = pickle.dumps(clf)
+    assert _streams_inside(pickle.loads(blob)) == []
+    for name in (b"RandomState", b"MT19937", b"PCG64", b"Generator", b"SeedSequence"):
+        assert name not in blob
+    meta = LabelDPClassifier(DebiasedSGDClassifier(max_iter=2, random_state=random_state),
+                             "rr", classes=range(3)).fit(X, codes)
+    assert _streams_inside(pickle.loads(pickle.dumps(meta))) == []
+
+
+@pytest.mark.parametrize("stream", [np.random.RandomState(0), np.random.default_rng(0),
+                                    np.random.SeedSequence(0)], ids=lambda s: type(s).__name__)
+def test_debiased_sgd_refuses_a_generator_before_spending(stream):
+    X, _, codes = _data()
+    with pytest.raises(ValueError, match="random_state"):
+        DebiasedSGDClassifier(classes=range(3), random_state=stream).fit(X, codes)
+    with pytest.raises(ValueError, match="random_state"):
+        DebiasedSGDClassifier(classes=range(3), random_state=stream).partial_fit(X, codes)
+    acc = BudgetAccountant()  # as a base estimator: refused before the labels are charged
+    with pytest.raises(ValueError, match="random_state"):
+        LabelDPClassifier(DebiasedSGDClassifier(random_state=stream), "rr", classes=range(3),
+                          accountant=acc).fit(X, codes)
+    _spent_nothing(acc)
+
+
+def test_debiased_sgd_seeded_order_is_reproducible_and_partial_fits_differ():
+    # Was: every partial_fit call reseeded a RandomState: the same order each call.
+    X, _, codes = _data()
+    orders = []
+
+    class Recording(DebiasedSGDClassifier):
+        def _epoch(self, X, targets, rng):
+            orders.append(rng.permutation(X.shape[0]))
+            super()._epoch(X, targets, rng)
+
+    def run(seed, calls):
+        clf = Recording(classes=range(3), random_state=seed)
+        for _ in range(calls):
+            clf.partial_fit(X, codes)
+        return clf.coef_.copy()
+
+    np.testing.assert_array_equal(run(5, 2), run(5, 2))  # reproducible with a seed
+    assert np.array_equal(orders[0], orders[2]) and np.array_equal(orders[1], orders[3])
+    assert not np.array_equal(orders[0], orders[1])  # successive calls: other orders
+    orders.clear()
+    run(None, 1), run(None, 1)
+    assert not np.array_equal(orders[0], orders[1])  # None: fresh entropy
+
+
+def test_a_base_estimators_bad_parameter_is_refused_before_spending():
+    # Was: Ridge(alpha=-1) was validated by Ridge.fit, after the labels were charged.
+    X, y, _ = _data()
+    acc = BudgetAccountant()
+    with pytest.raises(ValueError, match="alpha"):
+        LabelDPRegressor(Ridge(alpha=-1.0), "laplace", bounds=BOUNDS, accountant=acc).fit(X, y)
+    _spent_nothing(acc)
+
+
+# -- 5. a one-shot cv is read once, before anything is spent, and the search reuses it -------
+
+_GRID = {"alpha": [0.01, 100.0]}
+
+
+def _grid_regressor(cv, acc):
+    return LabelDPRegressor(Ridge(), "laplace", 1.0, bounds=BOUNDS, accountant=acc,
+                            mechanism_params={"clip": False}, param_grid=_GRID, cv=cv)
+
+
+@pytest.mark.parametrize("as_iterable", [
+    lambda X: (split for split in KFold(3).split(X)),  # a generator
+    lambda X: iter(list(KFold(3).split(X))),  # an iterator
+], ids=["generator", "iterator"])
+def test_a_generator_of_splits_is_searched_not_used_up_by_the_check(as_iterable):
+    # Was: the pre-spend check read the generator; the search after the charge saw no
+    # split, failed, and was ignored with a warning (the base estimator kept alpha=1).
+    import warnings
+
+    X, y, _ = _data()
+    acc = BudgetAccountant()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*param_grid", category=UserWarning)
+        est = _grid_regressor(as_iterable(X), acc).fit(X, y)
+    assert est.best_params_ is not None and est.best_params_["alpha"] in _GRID["alpha"]
+    assert len([k for k in est.cv_results_ if k.startswith("split")
+                and k.endswith("_test_score")]) == 3
+    assert acc.spent_epsilon == 1.0
+    # A second fit finds the generator used up: refused before spending.
+    with pytest.raises(ValueError, match="no splits"):
+        est.fit(X, y)
+    assert acc.spent_epsilon == 1.0 and len(acc.ledger) == 1
+
+
+@pytest.mark.parametrize("splits, match", [
+    ([(np.arange(50), np.arange(50, 130))], r"\[0, 120\)"),  # rows beyond X
+    ([(np.arange(60), np.arange(-5, 0))], r"\[0, 120\)"),  # negative rows
+    ([np.arange(10)], "iterable of"),  # not (train, test) pairs
+], ids=["beyond", "negative", "not-pairs"])
+def test_bad_splits_are_refused_before_spending(splits, match):
+    # Was: charged, then the search failed on the indices and was ignored with a warning.
+    X, y, _ = _data()
+    acc = BudgetAccountant()
+    with pytest.raises(ValueError, match=match):
+        _grid_regressor(splits, acc).fit(X, y)
+    _spent_nothing(acc)
+
+
+def test_a_seeded_splitter_is_drawn_from_once_by_the_search_only():
+    # The pre-spend check must not draw from a splitter's RandomState: the search then
+    # sees the splits the user's splitter gives on its first use.
+    X, y, _ = _data()
+    state, twin = np.random.RandomState(7), np.random.RandomState(7)
+    list(KFold(3, shuffle=True, random_state=twin).split(X))  # the twin draws one split
+    acc = BudgetAccountant()
+    est = _grid_regressor(KFold(3, shuffle=True, random_state=state), acc).fit(X, y)
+    assert est.best_params_ is not None
+    # The search drew once: the user's generator now stands where the twin does.
+    np.testing.assert_array_equal(state.get_state()[1], twin.get_state()[1])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 import warnings
+from numbers import Integral
 
 import numpy as np
 import scipy.sparse as sp
@@ -223,7 +224,8 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
         """Raise on anything the base estimator would reject about X, y's
         shape or the fit parameters, before the labels are randomized.
 
-        Returns the fit parameters routed to the base estimator.
+        Returns the fit parameters routed to the base estimator and the
+        ``cv`` of ``param_grid``'s search (see :meth:`_check_model_selection`).
         """
         check_random_state(self.random_state, owner=type(self).__name__)
         if y is None:
@@ -245,6 +247,9 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
             input_name="X",
         )
         check_consistent_length(X, y)
+        if hasattr(self.base_estimator, "_parameter_constraints"):
+            # scikit-learn validates a base estimator's parameters in its fit: after the charge.
+            self.base_estimator._validate_params()
         y_shape = getattr(y, "shape", None) or np.asarray(y).shape
         if len(y_shape) > 2:
             raise ValueError(f"y must be 1-D or 2-D, got an array with {len(y_shape)} dimensions.")
@@ -265,8 +270,8 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
             )
         routed = self._routed("fit", fit_params)
         self._check_fit_params(X, routed)
-        self._check_model_selection(y_shape)
-        return routed
+        cv = self._check_model_selection(y_shape)
+        return routed, cv
 
     def _check_fit_params(self, X, fit_params):
         """Lengths and sample weights of the routed fit parameters, and that
@@ -341,15 +346,22 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
     # -- model selection on the noisy labels (param_grid) ----------------------
     def _check_model_selection(self, y_shape):
         """Refuse, before anything is spent, a ``param_grid`` that cannot be
-        searched with an unbiased noisy-label scorer."""
+        searched with an unbiased noisy-label scorer.
+
+        Returns the ``cv`` the search uses (None without ``param_grid``): an
+        iterable of splits (e.g. a generator, which a check would use up) is
+        read once, here, into a list that the search then reuses."""
         if self.param_grid is None:
-            return
+            return None
         name = type(self).__name__
         for params in ParameterGrid(self.param_grid):  # validates the grid's structure,
             candidate = clone(self.base_estimator).set_params(**params)  # the names
             if hasattr(candidate, "_validate_params"):  # and the values, where declared
                 candidate._validate_params()
-        n_splits = check_cv(self.cv, classifier=self._task == "classification").get_n_splits()
+        cv = self.cv
+        if cv is not None and not isinstance(cv, (Integral, str)) and not hasattr(cv, "split"):
+            cv = self._read_splits(cv, y_shape[0])
+        n_splits = check_cv(cv, classifier=self._task == "classification").get_n_splits()
         if n_splits > y_shape[0]:
             raise ValueError(
                 f"{name}: cv has {n_splits} splits for {y_shape[0]} labels; param_grid needs "
@@ -379,11 +391,37 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
                 f"labels, which {type(mechanism).__name__}'s continuous clipped outputs do not "
                 "give; use mechanism_params={'clip': False} or a discrete mechanism."
             )
+        return cv
 
-    def _fit_base(self, X, y_noisy, routed_fit_params, mechanism=None):
+    def _read_splits(self, cv, n_samples):
+        """An iterable of (train, test) index arrays as a list, checked."""
+        name = type(self).__name__
+        try:
+            splits = [(np.asarray(train), np.asarray(test)) for train, test in cv]
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{name}: cv must be an int, a splitter or an iterable of (train, test) index "
+                "arrays."
+            ) from None
+        if not splits:
+            raise ValueError(
+                f"{name}: cv yielded no splits (a generator is used up by the first fit: pass "
+                "a list of splits to fit more than once)."
+            )
+        for train, test in splits:
+            for rows in (train, test):
+                if rows.size and (rows.dtype.kind not in "iu" or rows.min() < 0
+                                  or rows.max() >= n_samples):
+                    raise ValueError(
+                        f"{name}: cv's splits must hold row indices in [0, {n_samples})."
+                    )
+        return splits
+
+    def _fit_base(self, X, y_noisy, routed_fit_params, mechanism=None, cv=None):
         """Fit a clone of the base estimator on the noisy labels, choosing its
-        parameters in ``param_grid`` by cross-validation on the noisy labels
-        with the unbiased scorer of ``mechanism`` (post-processing: no budget)."""
+        parameters in ``param_grid`` by cross-validation (``cv``, from
+        :meth:`_check_model_selection`) on the noisy labels with the unbiased
+        scorer of ``mechanism`` (post-processing: no budget)."""
         self.best_params_ = self.cv_results_ = None
         if self.param_grid is not None:
             try:
@@ -398,7 +436,7 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
                 )
             else:
                 search = GridSearchCV(
-                    clone(self.base_estimator), self.param_grid, scoring=scorer, cv=self.cv,
+                    clone(self.base_estimator), self.param_grid, scoring=scorer, cv=cv,
                     error_score="raise",
                 )
                 try:

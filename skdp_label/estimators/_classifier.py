@@ -509,7 +509,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             return np.broadcast_to(_global_mask(mech), (n_rows, n_classes))
         return _masks_from_priors(mech, priors)
 
-    def _fit_model(self, X, codes, targets, fit_params, mechanism):
+    def _fit_model(self, X, codes, targets, fit_params, mechanism, cv):
         """Fit a clone of the base estimator on noisy codes.
 
         Noise-aware base estimators also get the debiased targets (rows of
@@ -522,7 +522,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             return estimator.fit(X, codes, noise_targets=targets, **fit_params)
         if np.unique(codes).shape[0] < 2:
             return DummyClassifier(strategy="prior").fit(X, codes)
-        return self._fit_base(X, codes, fit_params, mechanism)
+        return self._fit_base(X, codes, fit_params, mechanism, cv)
 
     # -- fit -----------------------------------------------------------------------
     @unfitted_on_failure
@@ -549,7 +549,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         self : object
         """
         # Everything that can fail is checked before any budget is spent.
-        routed = self._check_inputs_before_spending(X, y, fit_params)
+        routed, cv = self._check_inputs_before_spending(X, y, fit_params)
         if sp.issparse(X):
             X = X.tocsr()  # stages index rows
         elif not hasattr(X, "iloc"):
@@ -717,7 +717,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             ):
                 previous, model = model, self._fit_model(
                     _safe_indexing(X, train), noisy_codes[train], targets,
-                    _check_method_params(X, routed, train), mech,
+                    _check_method_params(X, routed, train), mech, cv,
                 )
             self.stage_train_sizes_.append(int(train.shape[0]))
 
@@ -737,7 +737,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         if self._guards() and not constant_only:
             try:
                 self.majority_guard_ = self._guard(
-                    X, noisy_codes, masks, eps_labels, routed, mechanisms[0], parts[0])
+                    X, noisy_codes, masks, eps_labels, routed, mechanisms[0], parts[0], cv)
             except Exception as exc:  # noqa: BLE001 - the budget is spent: keep the release
                 warnings.warn(
                     f"{type(self).__name__}: the majority guard failed ({type(exc).__name__}); "
@@ -806,7 +806,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             return np.argmax(backward_correct(self._proba(model, X), masks, epsilon), axis=1)
         return np.asarray(model.predict(X), dtype=np.int64)
 
-    def _guard(self, X, noisy_codes, masks, epsilon, routed, mech, rows):
+    def _guard(self, X, noisy_codes, masks, epsilon, routed, mech, rows, cv):
         """Cross-fitted model vs constant on the noisy labels (free; docs/classification.md).
 
         The constant is the private histogram's top class when there is one
@@ -829,7 +829,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             targets = (debiased_targets(noisy_codes[train], masks[train], epsilon, n_classes)
                        if noise_aware else None)
             model = self._fit_model(_safe_indexing(X, train), noisy_codes[train], targets,
-                                    _check_method_params(X, routed, train), mech)
+                                    _check_method_params(X, routed, train), mech, cv)
             return self._model_codes(model, _safe_indexing(X, test), masks[test], epsilon)
 
         def constant_class(train):

@@ -267,7 +267,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         self : object
         """
         # Everything that can fail is checked before any budget is spent.
-        routed = self._check_inputs_before_spending(X, y, fit_params)
+        routed, cv = self._check_inputs_before_spending(X, y, fit_params)
         n_samples = _num_samples(X)
         shrinkage = self._resolve_shrinkage(y, n_samples)
         # 'auto' measures n_eff on the public features (one fit on synthetic
@@ -307,7 +307,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         progress = self._progress()
         progress.charges(getattr(mechanism, "charges_", ()))
         with progress.timed(f"fitted {type(self.base_estimator).__name__} on the noisy labels"):
-            self.estimator_ = self._fit_base(X, y_noisy, routed, mechanism)
+            self.estimator_ = self._fit_base(X, y_noisy, routed, mechanism, cv)
         self._fit_shrinkage(shrinkage, X, y_noisy, routed, mechanism, progress)
         self.mechanism_ = mechanism
         self.prediction_bounds_ = mechanism._label_range() if self.clip_predictions else None

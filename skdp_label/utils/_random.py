@@ -32,6 +32,7 @@ __all__ = [
     "PrivacyLeakWarning",
     "check_random_state",
     "release_generator",
+    "post_processing_generator",
     "derive_random_state",
     "simulation_generator",
     "public_folds",
@@ -128,9 +129,23 @@ def release_generator(
     release from public information), and emits :class:`PrivacyLeakWarning`.
     """
     seed = check_random_state(random_state)
+    if seed is not None:
+        _warn_fixed_seed(owner)
+    return post_processing_generator(seed, context)
+
+
+def post_processing_generator(random_state: int | None, context: tuple = ()) -> np.random.Generator:
+    """A numpy Generator for random choices on labels that are already
+    private (e.g. the order in which an SGD visits noisy labels), never for
+    label noise. Callers must not store it.
+
+    ``None`` draws fresh OS entropy; an integer seed gives a reproducible
+    stream separated by ``context`` (non-negative ints). It emits no
+    :class:`PrivacyLeakWarning`: what it randomizes is post-processing.
+    """
+    seed = check_random_state(random_state)
     if seed is None:
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence()))
-    _warn_fixed_seed(owner)
     return np.random.Generator(
         np.random.PCG64(np.random.SeedSequence(entropy=seed, spawn_key=tuple(context)))
     )
