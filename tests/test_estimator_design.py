@@ -3,10 +3,9 @@ failed refits, conflicting mechanism parameters, bools for numbers, the
 generator of DebiasedSGDClassifier, one-shot cv iterables and the study's
 non-private row. Each test attacks the estimator as its user or receiver."""
 
-import pickle
-
 import numpy as np
 import pytest
+from _audit import assert_no_random_state
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import LogisticRegression, Ridge
@@ -261,28 +260,6 @@ def test_no_number_parameter_of_the_package_takes_a_bool():
 
 # -- 4. DebiasedSGDClassifier: its generator comes from utils/_random.py and is never kept ---
 
-_STREAM_TYPES = (np.random.Generator, np.random.RandomState, np.random.BitGenerator,
-                 np.random.SeedSequence)
-
-
-def _streams_inside(obj, seen=None):
-    """Generator-like objects reachable from ``obj``'s attributes and containers."""
-    seen = set() if seen is None else seen
-    if id(obj) in seen or isinstance(obj, (str, bytes, np.ndarray, int, float)):
-        return []
-    seen.add(id(obj))
-    if isinstance(obj, _STREAM_TYPES):
-        return [type(obj).__name__]
-    children = []
-    if isinstance(obj, dict):
-        children = list(obj.values())
-    elif isinstance(obj, (list, tuple, set)):
-        children = list(obj)
-    elif hasattr(obj, "__dict__"):
-        children = list(vars(obj).values())
-    return [found for child in children for found in _streams_inside(child, seen)]
-
-
 @pytest.mark.parametrize("random_state", [None, 0])
 def test_debiased_sgd_pickle_holds_no_generator(random_state):
     # Was: a RandomState was accepted as random_state and kept as a parameter, and
@@ -290,13 +267,10 @@ def test_debiased_sgd_pickle_holds_no_generator(random_state):
     X, _, codes = _data()
     clf = DebiasedSGDClassifier(classes=range(3), random_state=random_state, max_iter=2)
     clf.fit(X, codes).partial_fit(X, codes)
-    blob = pickle.dumps(clf)
-    assert _streams_inside(pickle.loads(blob)) == []
-    for name in (b"RandomState", b"MT19937", b"PCG64", b"Generator", b"SeedSequence"):
-        assert name not in blob
+    assert_no_random_state(clf)  # attributes, parameters, its pickle and the unpickled copy
     meta = LabelDPClassifier(DebiasedSGDClassifier(max_iter=2, random_state=random_state),
                              "rr", classes=range(3)).fit(X, codes)
-    assert _streams_inside(pickle.loads(pickle.dumps(meta))) == []
+    assert_no_random_state(meta)
 
 
 @pytest.mark.parametrize("stream", [np.random.RandomState(0), np.random.default_rng(0),
@@ -406,3 +380,25 @@ def test_a_seeded_splitter_is_drawn_from_once_by_the_search_only():
     assert est.best_params_ is not None
     # The search drew once: the user's generator now stands where the twin does.
     np.testing.assert_array_equal(state.get_state()[1], twin.get_state()[1])
+
+
+# -- 6. the study's non-private reference row says that it is not private --------------------
+
+def test_study_marks_the_non_private_row_and_the_ledger_holds_only_private_releases():
+    # Was: the non-private row differed from the dp-constant rows only by its name
+    # (both reference=True); nothing in a row said "not label-DP".
+    from skdp_label.study import DP_CONSTANT, NON_PRIVATE, privacy_utility_study
+
+    X, y, _ = _data()
+    acc = BudgetAccountant()
+    table = privacy_utility_study(LabelDPRegressor(Ridge(), bounds=BOUNDS), X, y,
+                                  mechanisms=["laplace"], epsilons=[1.0], seeds=[0],
+                                  accountant=acc, progress=False)
+    rows = table.to_dict("records") if hasattr(table, "to_dict") else table
+    flags = {row["method"]: row["private"] for row in rows}
+    assert flags == {NON_PRIVATE: False, "laplace": True, DP_CONSTANT: True}
+    non_private = next(row for row in rows if row["method"] == NON_PRIVATE)
+    assert non_private["epsilon_spent"] == np.inf and non_private["reference"]
+    # Every ledger entry is a private row's release; the reference wrote none.
+    assert len(acc.ledger) == 2 and acc.spent_epsilon == 2.0
+    assert sum(row["epsilon_spent"] for row in rows if row["private"]) == 2.0
