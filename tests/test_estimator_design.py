@@ -14,6 +14,7 @@ from sklearn.model_selection import KFold
 from skdp_label import BudgetAccountant, LabelDPClassifier, LabelDPRegressor
 from skdp_label.estimators import DebiasedSGDClassifier
 from skdp_label.mechanisms import Laplace, RROnBins
+from skdp_label.utils import PrivacyLeakWarning
 
 pytestmark = pytest.mark.filterwarnings("ignore::skdp_label.PrivacyLeakWarning")
 
@@ -402,3 +403,19 @@ def test_study_marks_the_non_private_row_and_the_ledger_holds_only_private_relea
     # Every ledger entry is a private row's release; the reference wrote none.
     assert len(acc.ledger) == 2 and acc.spent_epsilon == 2.0
     assert sum(row["epsilon_spent"] for row in rows if row["private"]) == 2.0
+
+
+def test_post_processing_streams_are_not_release_streams():
+    # An SGD's example order drawn from a label-noise stream of the same seed
+    # would let whoever sees the order replay the noise.
+    from skdp_label.utils._random import post_processing_generator, release_generator
+
+    for context in [(), (0,), (3, 1), (12345, 0, 7, 9)]:
+        with pytest.warns(PrivacyLeakWarning):
+            noise = release_generator(11, context).random(16)
+        order = post_processing_generator(11, context).random(16)
+        assert not np.any(noise == order)
+    # still reproducible, and separated by the context
+    a = post_processing_generator(11, (1,)).random(4)
+    assert np.array_equal(a, post_processing_generator(11, (1,)).random(4))
+    assert not np.array_equal(a, post_processing_generator(11, (2,)).random(4))

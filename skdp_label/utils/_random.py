@@ -131,7 +131,7 @@ def release_generator(
     seed = check_random_state(random_state)
     if seed is not None:
         _warn_fixed_seed(owner)
-    return post_processing_generator(seed, context)
+    return _seeded_generator(seed, tuple(context))
 
 
 def post_processing_generator(random_state: int | None, context: tuple = ()) -> np.random.Generator:
@@ -143,11 +143,22 @@ def post_processing_generator(random_state: int | None, context: tuple = ()) -> 
     stream separated by ``context`` (non-negative ints). It emits no
     :class:`PrivacyLeakWarning`: what it randomizes is post-processing.
     """
-    seed = check_random_state(random_state)
+    # The tag keeps these streams apart from every release's under one seed:
+    # an example order that replayed label noise would reveal it.
+    return _seeded_generator(check_random_state(random_state), (_POST_PROCESSING, *context))
+
+
+# First spawn_key word of every post-processing stream (b"post"), so that its
+# keys never equal a release's context, whatever words the caller gives.
+_POST_PROCESSING = 0x74736F70
+
+
+def _seeded_generator(seed, spawn_key):
+    """Fresh OS entropy for ``None``; else the stream of ``seed`` and ``spawn_key``."""
     if seed is None:
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence()))
     return np.random.Generator(
-        np.random.PCG64(np.random.SeedSequence(entropy=seed, spawn_key=tuple(context)))
+        np.random.PCG64(np.random.SeedSequence(entropy=seed, spawn_key=spawn_key))
     )
 
 
