@@ -251,3 +251,38 @@ def test_piece_rows_is_the_vectorised_end_choice(n_pieces, keyed):
     pos, t = pieces.locate(y)
     ref = 2 * pos + (uniforms(source(), y.size) < t)
     np.testing.assert_array_equal(S.piece_rows(y, pieces.left, pieces.right, source()), ref)
+
+
+def test_residue_is_the_integer_modulo():
+    """RR's ``d mod m`` by a float quotient (no int64 division) equals the
+    integer modulo, compiled and in the twin, at the ends of the digit range
+    and for divisors up to 2**53 - 1; mutation: dropping the correction step
+    (the truncated quotient alone) is off by m on some of these digits."""
+    import numba
+
+    from skdp_label._kernels import _twin
+
+    @numba.njit
+    def residues(d, m, out):
+        for i in range(d.shape[0]):
+            out[i] = S._residue(d[i], m)
+
+    gen = np.random.default_rng(0)
+    wrong = 0
+    for m in [1, 2, 3, 7, 99, 100, 255, 2**20 + 1, 2**40 - 3, 2**52 + 1, 2**53 - 1]:
+        d = np.concatenate([
+            [0, 1, m - 1, m, m + 1, 2 * m - 1, 2**53 - 1, 2**53 - 2, 2**53 - m],
+            gen.integers(0, 2**53, 2000),
+            (gen.integers(0, 2**53 // m, 2000) * m + gen.choice([-1, 0, 1], 2000)),
+        ])
+        d = d[(d >= 0) & (d < 2**53)].astype(np.float64)
+        expected = d.astype(np.int64) % np.int64(m)
+        out = np.empty(d.shape[0], dtype=np.int64)
+        residues(d, float(m), out)
+        np.testing.assert_array_equal(out, expected)
+        twin = [_twin.twin(S._residue)(x, float(m)) for x in d[:300]]
+        np.testing.assert_array_equal(twin, expected[:300])
+        wrong += np.count_nonzero(
+            d.astype(np.int64) - (d * (1.0 / m)).astype(np.int64) * m != expected
+        )
+    assert wrong > 0

@@ -568,6 +568,24 @@ def rr_constants(n_classes, flip_probability):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _residue(d, m):
+    """``d mod m`` (an int64) for integers ``0 <= d < 2**53`` and ``m >= 1``
+    held in floats: exactly ``np.int64(d) % np.int64(m)``, without the int64
+    division (about half of k-ary RR's time per label). The float quotient
+    d * (1 / m) is within 2 d / (m 2**53) < 1 of d / m (m >= 3; exact for
+    m = 1, 2), so its truncation is off by at most one, which the integer
+    remainder corrects; 1 / m is loop-invariant (hoisted out of a kernel's
+    loop)."""
+    mi = np.int64(m)
+    r = np.int64(d) - np.int64(d * (1.0 / m)) * mi
+    if r < 0:
+        r += mi
+    elif r >= mi:
+        r -= mi
+    return r
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _rr_offset(qd, frac, limit, m, rng):
     """-1 (keep) or the index in [0, m) of the replacing class among the m others.
 
@@ -577,13 +595,17 @@ def _rr_offset(qd, frac, limit, m, rng):
     exactly uniform.
     """
     d = _digit(rng)
-    if d < qd:
-        if d < limit:
-            return np.int64(d) % np.int64(m)
+    if limit <= d <= qd:  # fewer than m + 1 of the 2**53 digit values
+        if d < qd:
+            return np.int64(uniform_index(m, rng))
+        if not bernoulli_exact(frac, rng):
+            return np.int64(-1)
         return np.int64(uniform_index(m, rng))
-    if d > qd or not bernoulli_exact(frac, rng):
-        return np.int64(-1)
-    return np.int64(uniform_index(m, rng))
+    # Otherwise d < limit (flip) or d > qd (keep), a coin flip at small
+    # epsilon: selected by a mask (-1 when d < limit), not a mispredicted
+    # branch. max(m, 1): one class (m = 0) never flips.
+    flip = (np.int64(d) - np.int64(limit)) >> 63
+    return ((_residue(d, max(m, 1.0)) + 1) & flip) - 1
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -591,13 +613,9 @@ def rr_code(code, n_classes, qd, frac, limit, m, rng):
     """k-ary RR of one class code (constants ``qd, frac, limit, m`` from
     :func:`rr_constants`: scalars, since numba's inlining of a helper that
     takes an array adds reference counting per label)."""
-    j = _rr_offset(qd, frac, limit, m, rng)
-    if j < 0:
-        return code
-    out = code + 1 + j  # < 2k: a subtraction, not a modulo
-    if out >= n_classes:
-        out -= n_classes
-    return out
+    out = code + 1 + _rr_offset(qd, frac, limit, m, rng)  # code itself when kept
+    # < 2k: minus k when out >= k (a mask, not a modulo nor a branch).
+    return out - (n_classes & ~((out - n_classes) >> 63))
 
 
 def randomized_response_contiguous(y, rng, lo, n_classes, c):
@@ -939,14 +957,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
                         (float_bits(u * gap_at[i - start]) - float_bits(off_at[i - start])) >> 63
                     )
                 if draw_by == "rr" or (draw_by == "either" and rr.shape[0] > 0):
-                    j = _rr_offset(rr_qd, rr_frac, rr_limit, rr_m, rng)
-                    if j < 0:
-                        j = row
-                    else:
-                        j = row + 1 + j
-                        if j >= n_classes:
-                            j -= n_classes
-                    out[i] = outputs[j]
+                    out[i] = outputs[rr_code(row, n_classes, rr_qd, rr_frac, rr_limit, rr_m, rng)]
                 else:
                     qd = heads[row, 0]
                     d = _digit(rng)
