@@ -286,3 +286,33 @@ def test_residue_is_the_integer_modulo():
             d.astype(np.int64) - (d * (1.0 / m)).astype(np.int64) * m != expected
         )
     assert wrong > 0
+
+
+@pytest.mark.parametrize("kernel", ["indices", "contiguous"])
+def test_rr_digits_around_the_fresh_digit_window(kernel):
+    """k-ary RR's first digit d: d < limit flips to the class d mod m places
+    on, limit <= d < qd flips by a fresh digit, d = qd reads the fraction
+    (here 0: keep), d > qd keeps; scripted digits reach each case, in the
+    compiled kernels (the hot path, by masks, and the rare helper)."""
+    from test_numerics import scripted
+
+    k = 4  # m = 3 other classes
+    qd = float(3 * 10**15 + 2)  # limit = qd - (qd mod 3) = qd - 2
+    c = np.array([qd, 0.0, qd - 2.0, 3.0])
+    fresh = 3 * 10**14 + 1  # a fresh uniform_index(3) digit: 1 (accepted)
+    cases = [  # (digits, expected class of label 1)
+        ([0], 2), ([4], 3), ([qd - 3], 1 + 1 + int((qd - 3) % 3)),  # d < limit
+        ([qd - 2, fresh], 3), ([qd - 1, fresh], 3),  # limit <= d < qd: fresh digit
+        ([qd, 5], 1),  # d = qd, fraction 0: keep
+        ([qd + 1], 1), ([2.0**53 - 1], 1),  # d > qd: keep
+    ]
+    for digits, expected in cases:
+        expected %= k
+        rng = scripted([int(d) for d in digits])
+        if kernel == "indices":
+            out = S._randomized_response_indices(
+                np.array([1]), rng, k, c, np.empty(1, dtype=np.int64))
+        else:
+            out = S._randomized_response_contiguous(
+                np.array([11]), rng, 10, k, c, np.empty(1, dtype=np.int64)) - 10
+        assert out[0] == expected, (digits, out[0], expected)
