@@ -363,24 +363,20 @@ def _sample_grid(y, granularity, u1, u2, w, rest_total, rng, out):
             rest = d < rest_qd if d != rest_qd else bernoulli_exact(rest_frac, rng)
         else:
             rest = False
+        # A uniform index over the chosen part (rest or window).
+        m, limit = (n_rest, rest_limit) if rest else (n_window, window_limit)
+        r = np.int64(0)
+        if m > 1.0:
+            e = _digit(rng)
+            while e >= limit:
+                e = _digit(rng)
+            r = _residue(e, m)
         if rest:
             # rest outputs u1 - w .. u - w - 1, then u + w + 1 .. u2 + w
-            r = np.int64(0)
-            if n_rest > 1.0:
-                e = _digit(rng)
-                while e >= rest_limit:
-                    e = _digit(rng)
-                r = _residue(e, n_rest)
             below = u - u1
             unit = u1 - w + r if r < below else u + w + 1 + (r - below)
         else:
-            offset = np.int64(0)
-            if n_window > 1.0:
-                e = _digit(rng)
-                while e >= window_limit:
-                    e = _digit(rng)
-                offset = _residue(e, n_window)
-            unit = u - w + offset
+            unit = u - w + r
         out[i] = float(unit) * granularity
 
 
