@@ -13,7 +13,8 @@ rebound to pure-Python equivalents:
 * the intrinsics -> :func:`~._intrinsics.prefetch` does nothing,
   :func:`~._intrinsics.float_bits` is the IEEE-754 bit pattern (a Python
   int: the kernels only subtract patterns of non-negative floats, which
-  cannot overflow int64, so the sign of the difference is the same);
+  cannot overflow int64, so the sign of the difference is the same),
+  :func:`~._intrinsics.opaque` is the identity;
 * ``np`` -> numpy, but ``log`` and ``exp`` call the C library through
   ``math``, as numba's lowering of ``np.log`` / ``np.exp`` on a float64
   scalar does (``llvm.log.f64`` -> libm), while numpy's ufuncs may dispatch
@@ -37,7 +38,7 @@ import numpy as np
 from numba.core.dispatcher import Dispatcher
 from numba.core.extending import _Intrinsic
 
-from ._intrinsics import float_bits, prefetch
+from ._intrinsics import float_bits, opaque, prefetch
 from ._philox import begin_row
 
 __all__ = ["twin", "kernel_for", "MAX_DRAWS", "MAX_LABELS"]
@@ -62,6 +63,10 @@ def _float_bits(x):
 
 def _prefetch(array, index):
     return None
+
+
+def _opaque(x):
+    return x
 
 
 def _begin_row(rng, i):
@@ -115,7 +120,7 @@ class _Numpy:
 
 
 _GLOBALS = {id(begin_row): _begin_row, id(prefetch): _prefetch, id(float_bits): _float_bits,
-            id(np): _Numpy()}
+            id(opaque): _opaque, id(np): _Numpy()}
 _TWINS = {}
 _INTERPRETED = {}  # kernel -> units of work its twin has done in this process
 
