@@ -40,16 +40,24 @@ from numba.core.extending import _Intrinsic
 from ._intrinsics import float_bits, prefetch
 from ._philox import begin_row
 
-__all__ = ["twin", "kernel_for", "MAX_DRAWS", "MAX_LABELS"]
+__all__ = ["twin", "kernel_for", "MAX_DRAWS", "MAX_LABELS", "COLD_SCALE"]
 
-# Work a process runs through a kernel's twin, in all, before it compiles the
-# kernel (kernel_for). Interpreted, a noise draw costs 2-4 us and a label 2-17 us
-# (benchmarks/bench_twins.py: 0.01-0.04 s for MAX_* units, up to ~0.09 s with
-# many exact-tail draws), against ~1 s to compile a kernel in a fresh
-# environment, and to load it from a warm numba cache ~0.3 s for a process's
-# first kernel and ~0.01 s for each other.
-MAX_DRAWS = 10_000  # noise draws (noisy histograms and sums)
-MAX_LABELS = 5_000  # labels
+# Ski rental: a process interprets a kernel (rents) until the interpreted work
+# would have paid for the compiled kernel (buys), then compiles it; the rule
+# depends only on the public sizes of the calls and on the numba cache, never
+# on the labels. Rent: a noise draw costs 2-4 us interpreted and a label 2-17 us
+# (benchmarks/bench_twins.py: 1.6-8.3 us a label on the samplers' paths, up
+# to ~17 us with many exact-tail draws). Price: ~1 s to compile a kernel with
+# its callees in a fresh environment (0.35-1.6 s each in bench_twins, later
+# kernels sharing callees), but ~0.3 s to load a process's first kernel from a
+# warm numba cache and ~0.01 s each other. So a kernel whose compiled code is
+# in the cache gets the caps below (MAX_* units: at most 0.04-0.09 s of
+# interpreting, like a load), and one that would compile gets COLD_SCALE
+# times as many (30,000 labels: at most ~0.5 s, below the compile it saves;
+# the 20,000 labels of ``skdp-label warmup`` run interpreted).
+MAX_DRAWS = 10_000  # noise draws (noisy histograms and sums), warm cache
+MAX_LABELS = 5_000  # labels, warm cache
+COLD_SCALE = 6  # the caps' factor for a kernel that is not in the numba cache
 
 _DOUBLE = struct.Struct("<d")
 _INT64 = struct.Struct("<q")
@@ -118,6 +126,7 @@ _GLOBALS = {id(begin_row): _begin_row, id(prefetch): _prefetch, id(float_bits): 
             id(np): _Numpy()}
 _TWINS = {}
 _INTERPRETED = {}  # kernel -> units of work its twin has done in this process
+_IN_CACHE = {}  # kernel -> whether the numba cache held its code at its first call
 
 
 def _rebind(value):
@@ -156,20 +165,41 @@ def twin(kernel):
     return twin_func
 
 
+def in_numba_cache(kernel):
+    """Whether numba's on-disk cache holds compiled code of ``kernel`` for
+    this source and numba version (what a load would find); False for a
+    kernel without ``cache=True``, True if numba's cache cannot be read
+    (then the smaller caps: the behaviour of a warm cache)."""
+    cache = getattr(kernel, "_cache", None)
+    index = getattr(cache, "_cache_file", None)
+    if index is None:  # numba.core.caching.NullCache: never cached
+        return False
+    try:
+        return bool(index._load_index())
+    except Exception:  # another numba's layout, an unreadable file
+        return True
+
+
 def kernel_for(kernel, rng, n, max_n=MAX_LABELS):
     """``kernel``, or its twin for a call of ``n`` units of work (labels,
     draws) from a numpy ``Generator``, while this process has not loaded the
-    compiled kernel and has interpreted at most ``max_n`` units of it in all.
+    compiled kernel and has interpreted at most ``max_n`` units of it in all
+    (``COLD_SCALE * max_n`` when numba's cache does not hold the kernel: then
+    the compiled kernel costs a compilation, not a load).
 
     The total is what bounds the cost (rent until the rent paid reaches the
     price): a process that keeps making small calls compiles (or loads) the
-    kernel after ~0.01-0.04 s of interpreting, instead of interpreting for
-    ever. Keyed sources always run compiled: they are the labels party's
-    bulk path.
+    kernel after interpreting for at most about what that costs, instead of
+    interpreting for ever. Keyed sources always run compiled: they are the
+    labels party's bulk path. Twin and kernel return the same bits, so the
+    choice changes only the time.
     """
     if isinstance(rng, np.random.Generator) and not kernel.overloads:
+        if kernel not in _IN_CACHE:  # asked once a process: loading fills it
+            _IN_CACHE[kernel] = in_numba_cache(kernel)
+        cap = max_n if _IN_CACHE[kernel] else COLD_SCALE * max_n
         spent = _INTERPRETED.get(kernel, 0) + n
-        if spent <= max_n:
+        if spent <= cap:
             _INTERPRETED[kernel] = spent
             return twin(kernel)
     return kernel
