@@ -40,7 +40,7 @@ from numba.core.extending import _Intrinsic
 from ._intrinsics import float_bits, prefetch
 from ._philox import begin_row
 
-__all__ = ["twin", "kernel_for", "MAX_DRAWS", "MAX_LABELS", "COLD_SCALE"]
+__all__ = ["twin", "bind", "kernel_for", "call_exact", "MAX_DRAWS", "MAX_LABELS", "COLD_SCALE"]
 
 # Ski rental: a process interprets a kernel (rents) until the interpreted work
 # would have paid for the compiled kernel (buys), then compiles it; the rule
@@ -129,9 +129,9 @@ _INTERPRETED = {}  # kernel -> units of work its twin has done in this process
 _IN_CACHE = {}  # kernel -> whether the numba cache held its code at its first call
 
 
-def _rebind(value):
+def _rebind(value, raising):
     if isinstance(value, Dispatcher):
-        return twin(value)
+        return twin(value, raising=raising)
     if id(value) in _GLOBALS:
         return _GLOBALS[id(value)]
     if isinstance(value, _Intrinsic):
@@ -139,12 +139,18 @@ def _rebind(value):
     return value
 
 
-def twin(kernel):
-    """The Python twin of the jitted ``kernel`` (built once, then cached)."""
-    if kernel in _TWINS:
-        return _TWINS[kernel]
+def twin(kernel, *, raising=False):
+    """The Python twin of the jitted ``kernel`` (built once, then cached).
+
+    ``raising=True`` admits kernels compiled with numpy's error model, for
+    :func:`call_exact` only: where CPython raises (a division by zero,
+    ``log1p(-1)``) numba carries an inf or a nan, and the caller reruns the
+    call compiled.
+    """
+    if (kernel, raising) in _TWINS:
+        return _TWINS[kernel, raising]
     options = kernel.targetoptions
-    if options.get("fastmath") or options.get("error_model") == "numpy":
+    if options.get("fastmath") or (options.get("error_model") == "numpy" and not raising):
         # Reassociated float operations, or inf/nan where Python raises on a
         # division by zero: CPython would not compute the same values.
         raise TypeError(f"no exact Python twin of {kernel.py_func.__name__!r}: "
@@ -153,31 +159,52 @@ def twin(kernel):
     namespace = dict(func.__globals__)
     for name in func.__code__.co_names:
         if name in namespace:
-            namespace[name] = _rebind(namespace[name])
+            namespace[name] = _rebind(namespace[name], raising)
     closure = func.__closure__
     if closure is not None:
-        closure = tuple(types.CellType(_rebind(cell.cell_contents)) for cell in closure)
+        closure = tuple(types.CellType(_rebind(cell.cell_contents, raising)) for cell in closure)
     twin_func = types.FunctionType(
         func.__code__, namespace, func.__name__, func.__defaults__, closure
     )
     twin_func.__doc__ = func.__doc__
-    _TWINS[kernel] = twin_func
+    _TWINS[kernel, raising] = twin_func
     return twin_func
 
 
+def bind(stub, replacement):
+    """Make twins call ``replacement`` where the kernels call ``stub`` (a
+    function numba resolves while typing, e.g. through ``@overload``)."""
+    _GLOBALS[id(stub)] = replacement
+
+
 def in_numba_cache(kernel):
-    """Whether numba's on-disk cache holds compiled code of ``kernel`` for
-    this source and numba version (what a load would find); False for a
-    kernel without ``cache=True``, True if numba's cache cannot be read
-    (then the smaller caps: the behaviour of a warm cache)."""
+    """Whether numba's on-disk cache holds compiled code of ``kernel`` (this
+    source, closure, numba version and CPU: what a load would find) for some
+    signature; False for a kernel without ``cache=True``, True if numba's
+    cache cannot be read (then the smaller caps: those of a warm cache)."""
     cache = getattr(kernel, "_cache", None)
     index = getattr(cache, "_cache_file", None)
     if index is None:  # numba.core.caching.NullCache: never cached
         return False
     try:
-        return bool(index._load_index())
+        # An index key is (signature, machine, code and closure hashes).
+        mine = cache._index_key(None, kernel.targetctx.codegen())[1:]
+        return any(key[1:] == mine for key in index._load_index())
     except Exception:  # another numba's layout, an unreadable file
         return True
+
+
+def _interpret(kernel, n, max_n):
+    """Whether a call of ``n`` units runs ``kernel``'s twin (and counts them)."""
+    if kernel.overloads:  # compiled or loaded in this process already
+        return False
+    if kernel not in _IN_CACHE:  # asked once a process: loading fills it
+        _IN_CACHE[kernel] = in_numba_cache(kernel)
+    spent = _INTERPRETED.get(kernel, 0) + n
+    if spent <= (max_n if _IN_CACHE[kernel] else COLD_SCALE * max_n):
+        _INTERPRETED[kernel] = spent
+        return True
+    return False
 
 
 def kernel_for(kernel, rng, n, max_n=MAX_LABELS):
@@ -194,12 +221,25 @@ def kernel_for(kernel, rng, n, max_n=MAX_LABELS):
     labels party's bulk path. Twin and kernel return the same bits, so the
     choice changes only the time.
     """
-    if isinstance(rng, np.random.Generator) and not kernel.overloads:
-        if kernel not in _IN_CACHE:  # asked once a process: loading fills it
-            _IN_CACHE[kernel] = in_numba_cache(kernel)
-        cap = max_n if _IN_CACHE[kernel] else COLD_SCALE * max_n
-        spent = _INTERPRETED.get(kernel, 0) + n
-        if spent <= cap:
-            _INTERPRETED[kernel] = spent
-            return twin(kernel)
+    if isinstance(rng, np.random.Generator) and _interpret(kernel, n, max_n):
+        return twin(kernel)
     return kernel
+
+
+def call_exact(kernel, n, max_n, *args):
+    """``kernel(*args)`` for a kernel that draws no random digits (a solver's),
+    through its twin under the caps of :func:`kernel_for`.
+
+    Such a kernel may use numpy's error model: the twin runs with numpy's
+    floating-point errors raised, and where CPython or numpy raises (a
+    division by zero, an overflow, an invalid operation) the compiled kernel
+    reruns the call from the start. The result is the kernel's either way;
+    ``kernel`` must write every element of its output arrays it ever writes.
+    """
+    if _interpret(kernel, n, max_n):
+        try:
+            with np.errstate(all="raise"):
+                return twin(kernel, raising=True)(*args)
+        except (ArithmeticError, ValueError):  # the kernel gives inf or nan here
+            pass
+    return kernel(*args)
