@@ -40,7 +40,7 @@ from numba.core.extending import _Intrinsic
 from ._intrinsics import float_bits, prefetch
 from ._philox import begin_row
 
-__all__ = ["twin", "bind", "kernel_for", "call_exact", "MAX_DRAWS", "MAX_LABELS", "COLD_SCALE"]
+__all__ = ["twin", "kernel_for", "call_exact", "MAX_DRAWS", "MAX_LABELS", "COLD_SCALE"]
 
 # Ski rental: a process interprets a kernel (rents) until the interpreted work
 # would have paid for the compiled kernel (buys), then compiles it; the rule
@@ -171,12 +171,6 @@ def twin(kernel, *, raising=False):
     return twin_func
 
 
-def bind(stub, replacement):
-    """Make twins call ``replacement`` where the kernels call ``stub`` (a
-    function numba resolves while typing, e.g. through ``@overload``)."""
-    _GLOBALS[id(stub)] = replacement
-
-
 def in_numba_cache(kernel):
     """Whether numba's on-disk cache holds compiled code of ``kernel`` (this
     source, closure, numba version and CPU: what a load would find) for some
@@ -231,14 +225,15 @@ def call_exact(kernel, n, max_n, *args):
     through its twin under the caps of :func:`kernel_for`.
 
     Such a kernel may use numpy's error model: the twin runs with numpy's
-    floating-point errors raised, and where CPython or numpy raises (a
-    division by zero, an overflow, an invalid operation) the compiled kernel
-    reruns the call from the start. The result is the kernel's either way;
+    floating-point errors raised (but underflow, which rounds the same in
+    both), and where CPython or numpy raises (a division by zero, an
+    overflow, an invalid operation) the compiled kernel reruns the call from
+    the start. The result is the kernel's either way;
     ``kernel`` must write every element of its output arrays it ever writes.
     """
     if _interpret(kernel, n, max_n):
         try:
-            with np.errstate(all="raise"):
+            with np.errstate(all="raise", under="ignore"):
                 return twin(kernel, raising=True)(*args)
         except (ArithmeticError, ValueError):  # the kernel gives inf or nan here
             pass
