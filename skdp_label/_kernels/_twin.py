@@ -26,7 +26,10 @@ for bit (tests/test_twins.py checks it across the samplers' paths): which
 outputs are reachable, and their probabilities, are the kernel's.
 :func:`kernel_for` picks the twin for small calls on a numpy ``Generator``
 in a process that has not yet loaded the compiled kernel, up to a total
-amount of interpreted work per kernel.
+amount of interpreted work per kernel (a ski rental: larger when numba's
+cache does not hold the kernel); :func:`call_exact` runs a kernel that draws
+no random digits (a solver's) the same way, even one compiled with numpy's
+error model, since where CPython raises it reruns the call compiled.
 """
 
 import math
