@@ -405,7 +405,7 @@ def staircase_additive_bulk(
     """
     offset_prob, offset_alias = _NO_OFFSETS if offsets is None else offsets
     out = np.empty(y.shape[0], dtype=np.float64)
-    _staircase_additive_bulk(
+    kernel_for(_staircase_additive_bulk, rng, y.shape[0])(
         y, rng, granularity, c, bulk, prob, alias, offset_prob, offset_alias,
         _NO_STEPS if steps is None else steps, clip, lo, hi, out,
     )
