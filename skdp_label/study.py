@@ -61,8 +61,8 @@ DP_CONSTANT = "dp-constant"
 
 #: Columns of the table, in order.
 COLUMNS = (
-    "method", "reference", "epsilon", "seed", "score", "fit_time", "epsilon_spent", "status",
-    "error",
+    "method", "reference", "private", "epsilon", "seed", "score", "fit_time", "epsilon_spent",
+    "status", "error",
 )
 
 # -- reference predictors ------------------------------------------------------
@@ -431,7 +431,10 @@ def privacy_utility_study(
     table : pandas.DataFrame or list of dict
         One row per fit (a DataFrame when pandas is installed), with
         columns ``method`` (mechanism label or reference name),
-        ``reference`` (bool), ``epsilon``, ``seed``, ``score`` (NaN unless
+        ``reference`` (bool), ``private`` (False only for the
+        ``'non-private'`` row: the labels party's own reference, fitted on
+        the true labels, never a label-DP result; it is not a release, so
+        the ledger holds no entry for it), ``epsilon``, ``seed``, ``score`` (NaN unless
         ``status='ok'``), ``fit_time`` (seconds), ``epsilon_spent`` (read
         from the accountant's ledger around the row), ``status`` (``'ok'``,
         ``'timeout'`` or ``'error'``) and ``error`` (message or None).
@@ -457,7 +460,7 @@ def privacy_utility_study(
     >>> table = privacy_utility_study(est, X, y, mechanisms=["laplace", "rr-on-bins"],
     ...                               epsilons=[0.5, 4.0], seeds=[0, 1], progress=False)
     >>> table.shape
-    (13, 9)
+    (13, 10)
     >>> sorted(set(table["method"]))
     ['dp-constant', 'laplace', 'non-private', 'rr-on-bins']
     >>> table.loc[table["method"] == "laplace", "epsilon_spent"].tolist()
@@ -528,6 +531,8 @@ def privacy_utility_study(
     def add(method, eps, seed, result, spent):
         rows.append({
             "method": method, "reference": method in (NON_PRIVATE, DP_CONSTANT),
+            # The non-private reference reads the true labels: not a release, no ledger entry.
+            "private": method != NON_PRIVATE,
             "epsilon": eps, "seed": seed, "score": result.get("score", math.nan),
             "fit_time": result.get("fit_time", math.nan), "epsilon_spent": spent,
             "status": result["status"], "error": result.get("error"),

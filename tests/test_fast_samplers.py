@@ -251,3 +251,68 @@ def test_piece_rows_is_the_vectorised_end_choice(n_pieces, keyed):
     pos, t = pieces.locate(y)
     ref = 2 * pos + (uniforms(source(), y.size) < t)
     np.testing.assert_array_equal(S.piece_rows(y, pieces.left, pieces.right, source()), ref)
+
+
+def test_residue_is_the_integer_modulo():
+    """RR's ``d mod m`` by a float quotient (no int64 division) equals the
+    integer modulo, compiled and in the twin, at the ends of the digit range
+    and for divisors up to 2**53 - 1; mutation: dropping the correction step
+    (the truncated quotient alone) is off by m on some of these digits."""
+    import numba
+
+    from skdp_label._kernels import _twin
+
+    @numba.njit
+    def residues(d, m, out):
+        for i in range(d.shape[0]):
+            out[i] = S._residue(d[i], m)
+
+    gen = np.random.default_rng(0)
+    wrong = 0
+    for m in [1, 2, 3, 7, 99, 100, 255, 2**20 + 1, 2**40 - 3, 2**52 + 1, 2**53 - 1]:
+        d = np.concatenate([
+            [0, 1, m - 1, m, m + 1, 2 * m - 1, 2**53 - 1, 2**53 - 2, 2**53 - m],
+            gen.integers(0, 2**53, 2000),
+            (gen.integers(0, 2**53 // m, 2000) * m + gen.choice([-1, 0, 1], 2000)),
+        ])
+        d = d[(d >= 0) & (d < 2**53)].astype(np.float64)
+        expected = d.astype(np.int64) % np.int64(m)
+        out = np.empty(d.shape[0], dtype=np.int64)
+        residues(d, float(m), out)
+        np.testing.assert_array_equal(out, expected)
+        twin = [_twin.twin(S._residue)(x, float(m)) for x in d[:300]]
+        np.testing.assert_array_equal(twin, expected[:300])
+        wrong += np.count_nonzero(
+            d.astype(np.int64) - (d * (1.0 / m)).astype(np.int64) * m != expected
+        )
+    assert wrong > 0
+
+
+@pytest.mark.parametrize("kernel", ["indices", "contiguous"])
+def test_rr_digits_around_the_fresh_digit_window(kernel):
+    """k-ary RR's first digit d: d < limit flips to the class d mod m places
+    on, limit <= d < qd flips by a fresh digit, d = qd reads the fraction
+    (here 0: keep), d > qd keeps; scripted digits reach each case, in the
+    compiled kernels (the hot path, by masks, and the rare helper)."""
+    from test_numerics import scripted
+
+    k = 4  # m = 3 other classes
+    qd = float(3 * 10**15 + 2)  # limit = qd - (qd mod 3) = qd - 2
+    c = np.array([qd, 0.0, qd - 2.0, 3.0])
+    fresh = 3 * 10**14 + 1  # a fresh uniform_index(3) digit: 1 (accepted)
+    cases = [  # (digits, expected class of label 1)
+        ([0], 2), ([4], 3), ([qd - 3], 1 + 1 + int((qd - 3) % 3)),  # d < limit
+        ([qd - 2, fresh], 3), ([qd - 1, fresh], 3),  # limit <= d < qd: fresh digit
+        ([qd, 5], 1),  # d = qd, fraction 0: keep
+        ([qd + 1], 1), ([2.0**53 - 1], 1),  # d > qd: keep
+    ]
+    for digits, expected in cases:
+        expected %= k
+        rng = scripted([int(d) for d in digits])
+        if kernel == "indices":
+            out = S._randomized_response_indices(
+                np.array([1]), rng, k, c, np.empty(1, dtype=np.int64))
+        else:
+            out = S._randomized_response_contiguous(
+                np.array([11]), rng, 10, k, c, np.empty(1, dtype=np.int64)) - 10
+        assert out[0] == expected, (digits, out[0], expected)

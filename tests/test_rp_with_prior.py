@@ -542,3 +542,36 @@ def test_mutant_continuous_outputs_fail_the_sampler_audit():
             ContinuousRP(1.0, prior=small_prior(), zeta=0.5, granularity=0.25).fit([0.0]),
             n_per_label=200,
         )
+
+
+@pytest.mark.parametrize(
+    "u1, u2, w, rest_total",
+    [(0, 10, 0, 0.3), (0, 10, 3, 0.0), (0, 10, 3, 1.0), (5, 6, 2, 0.5), (5, 5, 0, 0.2),
+     (0, 1000, 7, 1e-300), (-50, 50, 100, 0.999999), (0, 3, 1, 0.5)],
+)
+def test_grid_sampler_reads_the_digits_of_its_reference(u1, u2, w, rest_total):
+    """The compiled sampler (the Bernoulli and the uniform indices written out
+    with their constants hoisted) returns, digit for digit, what the plain
+    composition of ``bernoulli_exact`` and ``uniform_index`` returns (their
+    Python twins), including the parts that read no digit (rest mass 0 or 1,
+    one value) and a tie-free tiny rest mass."""
+    from skdp_label._kernels._sampling import bernoulli_exact, uniform_index
+    from skdp_label._kernels._twin import twin
+    from skdp_label.mechanisms.rp_with_prior._interval import _sample_grid
+
+    bernoulli, uniform = twin(bernoulli_exact), twin(uniform_index)
+    y = np.random.default_rng(0).uniform(u1 - 3, u2 + 3, 2000)
+    rng = np.random.default_rng(1)
+    expected = []
+    for v in y:
+        u = int(min(max(np.rint(v), u1), u2))
+        if bernoulli(rest_total, rng):
+            r = int(uniform(float(u2 - u1), rng))
+            unit = u1 - w + r if r < u - u1 else u + w + 1 + (r - (u - u1))
+        else:
+            unit = u - w + int(uniform(float(2 * w + 1), rng))
+        expected.append(float(unit))
+    out = np.empty(y.shape[0])
+    _sample_grid(y, 1.0, np.int64(u1), np.int64(u2), np.int64(w), rest_total,
+                 np.random.default_rng(1), out)
+    np.testing.assert_array_equal(out, expected)

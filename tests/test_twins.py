@@ -12,6 +12,10 @@
   and scripted digits that tie with the probabilities (read further).
 * Deliberately wrong bindings (a perturbed log, a rounding floor, swapped
   own/alias cells) are caught by the same comparisons.
+* The bulk staircase kernel (alias tables of values, cells, steps; from
+  10,000 labels) too, and a wrong binding in it is caught.
+* The caps (ski rental): COLD_SCALE times more interpreted work when the
+  kernel is not in numba's cache; in_numba_cache reads that cache.
 * Public paths: seeded fits through the twins equal seeded fits through
   the compiled kernels; keyed sources and large calls never use a twin.
 """
@@ -224,22 +228,92 @@ def test_a_wrong_float_bits_is_caught(monkeypatch):
 # -- public paths --------------------------------------------------------------
 
 
-def test_kernel_for_interprets_a_bounded_amount_of_generator_work():
-    def kernel_of(x):
-        return x + 1.0
+def _kernel_of(x):
+    return x + 1.0
 
+
+@pytest.mark.parametrize("in_cache", [True, False])
+def test_kernel_for_interprets_a_bounded_amount_of_generator_work(monkeypatch, in_cache):
+    # The cap is the caller's with the kernel in numba's cache (loading is
+    # cheap), COLD_SCALE times more when it would compile.
+    monkeypatch.setattr(_twin, "in_numba_cache", lambda kernel: in_cache)
+    cap = 10 if in_cache else 10 * _twin.COLD_SCALE
     rng = np.random.default_rng(0)
-    kernel = numba.njit(kernel_of)
-    assert _twin.kernel_for(kernel, rng, 6, 10) is _twin.twin(kernel)
+    kernel = numba.njit(_kernel_of)
+    assert _twin.kernel_for(kernel, rng, cap - 4, 10) is _twin.twin(kernel)
     assert _twin.kernel_for(kernel, rng, 4, 10) is _twin.twin(kernel)
-    assert _twin.kernel_for(kernel, rng, 1, 10) is kernel  # 10 units interpreted: compile
+    assert _twin.kernel_for(kernel, rng, 1, 10) is kernel  # cap units interpreted: compile
     assert _twin.twin(kernel)(1.0) == kernel(1.0) == 2.0
-    other = numba.njit(kernel_of)
-    assert _twin.kernel_for(other, rng, 11, 10) is other  # a large call
+    other = numba.njit(_kernel_of)
+    assert _twin.kernel_for(other, rng, cap + 1, 10) is other  # a large call
     assert _twin.kernel_for(other, _keyed(3), 1, 10) is other  # keyed: compiled
     assert _twin.kernel_for(other, rng, 1, 10) is _twin.twin(other)
     other(1.0)
     assert _twin.kernel_for(other, rng, 1, 10) is other  # compiled in this process now
+
+
+def test_in_numba_cache_is_whether_a_load_would_find_the_kernel(monkeypatch, tmp_path):
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))  # read when caching is enabled
+    first = numba.njit(cache=True)(_kernel_of)
+    assert not _twin.in_numba_cache(first)
+    first(1.0)  # compiles and writes the cache
+    assert _twin.in_numba_cache(first)
+    assert _twin.in_numba_cache(numba.njit(cache=True)(_kernel_of))  # a new process's view
+    assert not _twin.in_numba_cache(numba.njit(_kernel_of))  # never cached
+
+
+def test_the_cold_caps_cover_a_warm_up_fit():
+    # Ski rental: a fresh environment interprets the 20,000 labels of
+    # ``skdp-label warmup`` (bench_cold_start) instead of compiling, and the
+    # interpreted work stays below a compile (~1 s) at the worst measured
+    # 17 us a label and 4 us a draw.
+    from skdp_label import _warmup
+
+    cold_labels = _twin.COLD_SCALE * _twin.MAX_LABELS
+    assert _warmup._N_LABELS <= cold_labels and cold_labels * 17e-6 < 0.6
+    assert _twin.COLD_SCALE * _twin.MAX_DRAWS * 4e-6 < 0.6
+    assert _twin.MAX_LABELS * 17e-6 < 0.1 and _twin.MAX_DRAWS * 4e-6 < 0.1  # ~ a load
+
+
+# The three alias tables of the bulk staircase kernel (from 10,000 labels):
+# super-block cells (Laplace), steps (staircase), values (discrete Laplace).
+_BULK = [("laplace", 801), ("staircase", 1), ("discrete-laplace", 1)]
+
+
+def _bulk_fit(monkeypatch, name, use_twin):
+    y = np.random.default_rng(3).uniform(0.0, 50.0, 10_000)
+    if name.startswith("discrete"):
+        y = np.rint(y)
+    with monkeypatch.context() as m:
+        used = force_kernels(m, use_twin)
+        mech = get_mechanism_class(name)(epsilon=1.0, bounds=(0, 50), random_state=7)
+        out = mech.fit_transform(y)
+    assert not np.array_equal(out, y)
+    return out, mech, used
+
+
+@pytest.mark.filterwarnings("ignore::skdp_label.PrivacyLeakWarning")
+@pytest.mark.parametrize("name, cell", _BULK)
+def test_bulk_staircase_twin_is_the_kernel(monkeypatch, name, cell):
+    got, mech, used = _bulk_fit(monkeypatch, name, True)
+    ref, _, _ = _bulk_fit(monkeypatch, name, False)
+    table = mech._alias_table[1]
+    assert "_staircase_additive_bulk" in used and table[4] == cell
+    assert (table[6] is not None) == (name == "staircase")  # the steps table
+    assert _same(got, ref)
+    assert _twin.kernel_for(S._staircase_additive_bulk, _keyed(3), 1) is S._staircase_additive_bulk
+
+
+class _WrongCopysign(_twin._Numpy):
+    copysign = staticmethod(lambda x, y: math.copysign(x, -y))
+
+
+@pytest.mark.filterwarnings("ignore::skdp_label.PrivacyLeakWarning")
+def test_a_wrong_binding_in_the_bulk_twin_is_caught(monkeypatch):
+    ref, _, _ = _bulk_fit(monkeypatch, "laplace", False)
+    _mutate(monkeypatch, np, _WrongCopysign())
+    got, _, _ = _bulk_fit(monkeypatch, "laplace", True)
+    assert not _same(got, ref)
 
 
 def test_a_twin_refuses_an_unknown_intrinsic():

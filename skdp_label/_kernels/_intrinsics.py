@@ -9,13 +9,17 @@
   float_bits(b)) >> 63`` is -1 exactly when ``a < b``: a mask. A float
   compare feeding a select compiles to a branch, mispredicted on every
   other label when the outcome is a coin flip.
+* :func:`opaque`: an int64 returned unchanged through an empty inline
+  assembly block, so that LLVM cannot see that a mask ``x >> 63`` is 0 or
+  -1: otherwise it rewrites ``n & mask`` as a select, which its x86 backend
+  may turn back into a (mispredicted) branch.
 """
 
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-__all__ = ["prefetch", "float_bits"]
+__all__ = ["prefetch", "float_bits", "opaque"]
 
 
 @intrinsic
@@ -48,5 +52,18 @@ def float_bits(typingctx, x):
 
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], ir.IntType(64))
+
+    return sig, codegen
+
+
+@intrinsic
+def opaque(typingctx, x):
+    """The int64 ``x`` itself, which the optimizer cannot look through."""
+    sig = types.int64(types.int64)
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        identity = ir.InlineAsm(ir.FunctionType(i64, [i64]), "", "=r,0")
+        return builder.call(identity, [args[0]])
 
     return sig, codegen

@@ -27,7 +27,7 @@ import numba
 import numpy as np
 
 from ._philox import begin_row
-from ._intrinsics import float_bits, prefetch
+from ._intrinsics import float_bits, opaque, prefetch
 from ._twin import MAX_DRAWS, kernel_for
 
 _DIGIT = 2.0**53  # one digit = the 53 random bits of rng.random()
@@ -405,7 +405,7 @@ def staircase_additive_bulk(
     """
     offset_prob, offset_alias = _NO_OFFSETS if offsets is None else offsets
     out = np.empty(y.shape[0], dtype=np.float64)
-    _staircase_additive_bulk(
+    kernel_for(_staircase_additive_bulk, rng, y.shape[0])(
         y, rng, granularity, c, bulk, prob, alias, offset_prob, offset_alias,
         _NO_STEPS if steps is None else steps, clip, lo, hi, out,
     )
@@ -560,11 +560,62 @@ def rr_flip_probability(n_classes, epsilon):
 
 
 def rr_constants(n_classes, flip_probability):
-    """Constants of :func:`rr_code` for k-ary RR with the given flip probability."""
+    """Constants of :func:`rr_code_common` for k-ary RR with the given flip probability."""
     qd, frac = split_probability(flip_probability)
     m = float(n_classes - 1)
     limit = qd - math.fmod(qd, m) if m >= 1.0 else 0.0
     return np.array([qd, frac, limit, m])
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _residue(d, m):
+    """``d mod m`` (an int64) for integers ``0 <= d < 2**53`` and ``m >= 1``
+    held in floats: exactly ``np.int64(d) % np.int64(m)``, without the int64
+    division (about half of k-ary RR's time per label). The float quotient
+    d * (1 / m) is within 2 d / (m 2**53) < 1 of d / m (m >= 3; exact for
+    m = 1, 2), so its truncation is off by at most one, which the integer
+    remainder corrects; 1 / m is loop-invariant (hoisted out of a kernel's
+    loop)."""
+    mi = np.int64(m)
+    r = np.int64(d) - np.int64(d * (1.0 / m)) * mi
+    if r < 0:
+        r += mi
+    elif r >= mi:
+        r -= mi
+    return r
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _rr_rare(d, qd, limit):
+    """Whether the first digit ``d`` lies in [limit, qd] (fewer than m + 1 of
+    the 2**53 digit values), where the flip needs fresh digits. One test of a
+    sign bit: a chained comparison is two branches, and the first (d < limit:
+    a flip) is a coin flip at small epsilon."""
+    di = np.int64(d)
+    return ((di - np.int64(limit)) | (np.int64(qd) - di)) >= 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _rr_offset_rare(d, qd, frac, m, rng):
+    """:func:`_rr_offset` for a first digit in [limit, qd]. Not inlined (nor
+    any helper that takes ``rng`` on the kernels' hot path): a helper inlined
+    with ``rng`` and a branch keeps ``rng``'s reference count, two atomic
+    operations on every label."""
+    if d < qd:
+        return np.int64(uniform_index(m, rng))
+    if not bernoulli_exact(frac, rng):
+        return np.int64(-1)
+    return np.int64(uniform_index(m, rng))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _rr_offset_common(d, limit, m):
+    """:func:`_rr_offset` for a first digit outside [limit, qd]: d < limit
+    (flip, to d mod m) or d > qd (keep, -1), a coin flip at small epsilon:
+    selected by a mask, not a mispredicted branch. max(m, 1): one class
+    (m = 0) never flips."""
+    flip = opaque((np.int64(d) - np.int64(limit)) >> 63)  # -1 when d < limit
+    return ((_residue(d, max(m, 1.0)) + 1) & flip) - 1
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -577,27 +628,39 @@ def _rr_offset(qd, frac, limit, m, rng):
     exactly uniform.
     """
     d = _digit(rng)
-    if d < qd:
-        if d < limit:
-            return np.int64(d) % np.int64(m)
-        return np.int64(uniform_index(m, rng))
-    if d > qd or not bernoulli_exact(frac, rng):
-        return np.int64(-1)
-    return np.int64(uniform_index(m, rng))
+    if _rr_rare(d, qd, limit):
+        return _rr_offset_rare(d, qd, frac, m, rng)
+    return _rr_offset_common(d, limit, m)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def rr_code(code, n_classes, qd, frac, limit, m, rng):
-    """k-ary RR of one class code (constants ``qd, frac, limit, m`` from
-    :func:`rr_constants`: scalars, since numba's inlining of a helper that
-    takes an array adds reference counting per label)."""
-    j = _rr_offset(qd, frac, limit, m, rng)
-    if j < 0:
-        return code
-    out = code + 1 + j  # < 2k: a subtraction, not a modulo
-    if out >= n_classes:
-        out -= n_classes
-    return out
+def _shift_class(code, n_classes, offset):
+    """The class ``offset + 1`` places after ``code`` (mod k; ``code`` itself
+    for offset -1): < 2k, so minus k when >= k, by a mask."""
+    out = code + 1 + offset
+    return out - (n_classes & ~opaque((out - n_classes) >> 63))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def rr_code_common(code, n_classes, d, limit, m):
+    """k-ary RR of one class code from the first digit ``d`` of its draw,
+    valid unless ``_rr_rare(d, qd, limit)``; then :func:`rr_code_rare`.
+    (Constants from :func:`rr_constants`, as scalars: numba's inlining of a
+    helper that takes an array adds reference counting per label.) A kernel
+    reads ``d`` and calls both itself::
+
+        d = _digit(rng)
+        j = rr_code_common(code, n_classes, d, limit, m)
+        if _rr_rare(d, qd, limit):
+            j = rr_code_rare(code, n_classes, d, qd, frac, m, rng)
+    """
+    return _shift_class(code, n_classes, _rr_offset_common(d, limit, m))
+
+
+@numba.njit(cache=True, nogil=True)
+def rr_code_rare(code, n_classes, d, qd, frac, m, rng):
+    """k-ary RR of one class code whose first digit lies in [limit, qd]."""
+    return _shift_class(code, n_classes, _rr_offset_rare(d, qd, frac, m, rng))
 
 
 def randomized_response_contiguous(y, rng, lo, n_classes, c):
@@ -626,7 +689,12 @@ def _randomized_response_contiguous(y, rng, lo, n_classes, c, out):
     qd, frac, limit, m = c[0], c[1], c[2], c[3]
     for i in range(y.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
-        out[i] = lo + rr_code(np.int64(y[i] - lo), n_classes, qd, frac, limit, m, rng)
+        code = np.int64(y[i] - lo)
+        d = _digit(rng)
+        j = rr_code_common(code, n_classes, d, limit, m)
+        if _rr_rare(d, qd, limit):
+            j = rr_code_rare(code, n_classes, d, qd, frac, m, rng)
+        out[i] = lo + j
     return out
 
 
@@ -644,7 +712,11 @@ def _randomized_response_indices(codes, rng, n_classes, c, out):
     qd, frac, limit, m = c[0], c[1], c[2], c[3]
     for i in range(codes.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
-        out[i] = rr_code(codes[i], n_classes, qd, frac, limit, m, rng)
+        d = _digit(rng)
+        j = rr_code_common(codes[i], n_classes, d, limit, m)
+        if _rr_rare(d, qd, limit):
+            j = rr_code_rare(codes[i], n_classes, d, qd, frac, m, rng)
+        out[i] = j
     return out
 
 
@@ -939,13 +1011,10 @@ def _discrete_rows_kernel(rows_from, draw_by):
                         (float_bits(u * gap_at[i - start]) - float_bits(off_at[i - start])) >> 63
                     )
                 if draw_by == "rr" or (draw_by == "either" and rr.shape[0] > 0):
-                    j = _rr_offset(rr_qd, rr_frac, rr_limit, rr_m, rng)
-                    if j < 0:
-                        j = row
-                    else:
-                        j = row + 1 + j
-                        if j >= n_classes:
-                            j -= n_classes
+                    d = _digit(rng)
+                    j = rr_code_common(row, n_classes, d, rr_limit, rr_m)
+                    if _rr_rare(d, rr_qd, rr_limit):
+                        j = rr_code_rare(row, n_classes, d, rr_qd, rr_frac, rr_m, rng)
                     out[i] = outputs[j]
                 else:
                     qd = heads[row, 0]

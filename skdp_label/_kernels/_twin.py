@@ -13,7 +13,8 @@ rebound to pure-Python equivalents:
 * the intrinsics -> :func:`~._intrinsics.prefetch` does nothing,
   :func:`~._intrinsics.float_bits` is the IEEE-754 bit pattern (a Python
   int: the kernels only subtract patterns of non-negative floats, which
-  cannot overflow int64, so the sign of the difference is the same);
+  cannot overflow int64, so the sign of the difference is the same),
+  :func:`~._intrinsics.opaque` is the identity;
 * ``np`` -> numpy, but ``log`` and ``exp`` call the C library through
   ``math``, as numba's lowering of ``np.log`` / ``np.exp`` on a float64
   scalar does (``llvm.log.f64`` -> libm), while numpy's ufuncs may dispatch
@@ -26,7 +27,10 @@ for bit (tests/test_twins.py checks it across the samplers' paths): which
 outputs are reachable, and their probabilities, are the kernel's.
 :func:`kernel_for` picks the twin for small calls on a numpy ``Generator``
 in a process that has not yet loaded the compiled kernel, up to a total
-amount of interpreted work per kernel.
+amount of interpreted work per kernel (a ski rental: larger when numba's
+cache does not hold the kernel); :func:`call_exact` runs a kernel that draws
+no random digits (a solver's) the same way, even one compiled with numpy's
+error model, since where CPython raises it reruns the call compiled.
 """
 
 import math
@@ -37,19 +41,27 @@ import numpy as np
 from numba.core.dispatcher import Dispatcher
 from numba.core.extending import _Intrinsic
 
-from ._intrinsics import float_bits, prefetch
+from ._intrinsics import float_bits, opaque, prefetch
 from ._philox import begin_row
 
-__all__ = ["twin", "kernel_for", "MAX_DRAWS", "MAX_LABELS"]
+__all__ = ["twin", "kernel_for", "call_exact", "MAX_DRAWS", "MAX_LABELS", "COLD_SCALE"]
 
-# Work a process runs through a kernel's twin, in all, before it compiles the
-# kernel (kernel_for). Interpreted, a noise draw costs 2-4 us and a label 2-17 us
-# (benchmarks/bench_twins.py: 0.01-0.04 s for MAX_* units, up to ~0.09 s with
-# many exact-tail draws), against ~1 s to compile a kernel in a fresh
-# environment, and to load it from a warm numba cache ~0.3 s for a process's
-# first kernel and ~0.01 s for each other.
-MAX_DRAWS = 10_000  # noise draws (noisy histograms and sums)
-MAX_LABELS = 5_000  # labels
+# Ski rental: a process interprets a kernel (rents) until the interpreted work
+# would have paid for the compiled kernel (buys), then compiles it; the rule
+# depends only on the public sizes of the calls and on the numba cache, never
+# on the labels. Rent: a noise draw costs 2-4 us interpreted and a label 2-17 us
+# (benchmarks/bench_twins.py: 1.6-8.3 us a label on the samplers' paths, up
+# to ~17 us with many exact-tail draws). Price: ~1 s to compile a kernel with
+# its callees in a fresh environment (0.35-1.6 s each in bench_twins, later
+# kernels sharing callees), but ~0.3 s to load a process's first kernel from a
+# warm numba cache and ~0.01 s each other. So a kernel whose compiled code is
+# in the cache gets the caps below (MAX_* units: at most 0.04-0.09 s of
+# interpreting, like a load), and one that would compile gets COLD_SCALE
+# times as many (30,000 labels: at most ~0.5 s, below the compile it saves;
+# the 20,000 labels of ``skdp-label warmup`` run interpreted).
+MAX_DRAWS = 10_000  # noise draws (noisy histograms and sums), warm cache
+MAX_LABELS = 5_000  # labels, warm cache
+COLD_SCALE = 6  # the caps' factor for a kernel that is not in the numba cache
 
 _DOUBLE = struct.Struct("<d")
 _INT64 = struct.Struct("<q")
@@ -62,6 +74,10 @@ def _float_bits(x):
 
 def _prefetch(array, index):
     return None
+
+
+def _opaque(x):
+    return x
 
 
 def _begin_row(rng, i):
@@ -115,14 +131,15 @@ class _Numpy:
 
 
 _GLOBALS = {id(begin_row): _begin_row, id(prefetch): _prefetch, id(float_bits): _float_bits,
-            id(np): _Numpy()}
+            id(opaque): _opaque, id(np): _Numpy()}
 _TWINS = {}
 _INTERPRETED = {}  # kernel -> units of work its twin has done in this process
+_IN_CACHE = {}  # kernel -> whether the numba cache held its code at its first call
 
 
-def _rebind(value):
+def _rebind(value, raising):
     if isinstance(value, Dispatcher):
-        return twin(value)
+        return twin(value, raising=raising)
     if id(value) in _GLOBALS:
         return _GLOBALS[id(value)]
     if isinstance(value, _Intrinsic):
@@ -130,12 +147,18 @@ def _rebind(value):
     return value
 
 
-def twin(kernel):
-    """The Python twin of the jitted ``kernel`` (built once, then cached)."""
-    if kernel in _TWINS:
-        return _TWINS[kernel]
+def twin(kernel, *, raising=False):
+    """The Python twin of the jitted ``kernel`` (built once, then cached).
+
+    ``raising=True`` admits kernels compiled with numpy's error model, for
+    :func:`call_exact` only: where CPython raises (a division by zero,
+    ``log1p(-1)``) numba carries an inf or a nan, and the caller reruns the
+    call compiled.
+    """
+    if (kernel, raising) in _TWINS:
+        return _TWINS[kernel, raising]
     options = kernel.targetoptions
-    if options.get("fastmath") or options.get("error_model") == "numpy":
+    if options.get("fastmath") or (options.get("error_model") == "numpy" and not raising):
         # Reassociated float operations, or inf/nan where Python raises on a
         # division by zero: CPython would not compute the same values.
         raise TypeError(f"no exact Python twin of {kernel.py_func.__name__!r}: "
@@ -144,32 +167,82 @@ def twin(kernel):
     namespace = dict(func.__globals__)
     for name in func.__code__.co_names:
         if name in namespace:
-            namespace[name] = _rebind(namespace[name])
+            namespace[name] = _rebind(namespace[name], raising)
     closure = func.__closure__
     if closure is not None:
-        closure = tuple(types.CellType(_rebind(cell.cell_contents)) for cell in closure)
+        closure = tuple(types.CellType(_rebind(cell.cell_contents, raising)) for cell in closure)
     twin_func = types.FunctionType(
         func.__code__, namespace, func.__name__, func.__defaults__, closure
     )
     twin_func.__doc__ = func.__doc__
-    _TWINS[kernel] = twin_func
+    _TWINS[kernel, raising] = twin_func
     return twin_func
+
+
+def in_numba_cache(kernel):
+    """Whether numba's on-disk cache holds compiled code of ``kernel`` (this
+    source, closure, numba version and CPU: what a load would find) for some
+    signature; False for a kernel without ``cache=True``, True if numba's
+    cache cannot be read (then the smaller caps: those of a warm cache)."""
+    cache = getattr(kernel, "_cache", None)
+    index = getattr(cache, "_cache_file", None)
+    if index is None:  # numba.core.caching.NullCache: never cached
+        return False
+    try:
+        # An index key is (signature, machine, code and closure hashes).
+        mine = cache._index_key(None, kernel.targetctx.codegen())[1:]
+        return any(key[1:] == mine for key in index._load_index())
+    except Exception:  # another numba's layout, an unreadable file
+        return True
+
+
+def _interpret(kernel, n, max_n):
+    """Whether a call of ``n`` units runs ``kernel``'s twin (and counts them)."""
+    if kernel.overloads:  # compiled or loaded in this process already
+        return False
+    if kernel not in _IN_CACHE:  # asked once a process: loading fills it
+        _IN_CACHE[kernel] = in_numba_cache(kernel)
+    spent = _INTERPRETED.get(kernel, 0) + n
+    if spent <= (max_n if _IN_CACHE[kernel] else COLD_SCALE * max_n):
+        _INTERPRETED[kernel] = spent
+        return True
+    return False
 
 
 def kernel_for(kernel, rng, n, max_n=MAX_LABELS):
     """``kernel``, or its twin for a call of ``n`` units of work (labels,
     draws) from a numpy ``Generator``, while this process has not loaded the
-    compiled kernel and has interpreted at most ``max_n`` units of it in all.
+    compiled kernel and has interpreted at most ``max_n`` units of it in all
+    (``COLD_SCALE * max_n`` when numba's cache does not hold the kernel: then
+    the compiled kernel costs a compilation, not a load).
 
     The total is what bounds the cost (rent until the rent paid reaches the
     price): a process that keeps making small calls compiles (or loads) the
-    kernel after ~0.01-0.04 s of interpreting, instead of interpreting for
-    ever. Keyed sources always run compiled: they are the labels party's
-    bulk path.
+    kernel after interpreting for at most about what that costs, instead of
+    interpreting for ever. Keyed sources always run compiled: they are the
+    labels party's bulk path. Twin and kernel return the same bits, so the
+    choice changes only the time.
     """
-    if isinstance(rng, np.random.Generator) and not kernel.overloads:
-        spent = _INTERPRETED.get(kernel, 0) + n
-        if spent <= max_n:
-            _INTERPRETED[kernel] = spent
-            return twin(kernel)
+    if isinstance(rng, np.random.Generator) and _interpret(kernel, n, max_n):
+        return twin(kernel)
     return kernel
+
+
+def call_exact(kernel, n, max_n, *args):
+    """``kernel(*args)`` for a kernel that draws no random digits (a solver's),
+    through its twin under the caps of :func:`kernel_for`.
+
+    Such a kernel may use numpy's error model: the twin runs with numpy's
+    floating-point errors raised (but underflow, which rounds the same in
+    both), and where CPython or numpy raises (a division by zero, an
+    overflow, an invalid operation) the compiled kernel reruns the call from
+    the start. The result is the kernel's either way;
+    ``kernel`` must write every element of its output arrays it ever writes.
+    """
+    if _interpret(kernel, n, max_n):
+        try:
+            with np.errstate(all="raise", under="ignore"):
+                return twin(kernel, raising=True)(*args)
+        except (ArithmeticError, ValueError):  # the kernel gives inf or nan here
+            pass
+    return kernel(*args)

@@ -3,8 +3,10 @@ made before anything is spent, metadata routing and delegation."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import warnings
+from numbers import Integral
 
 import numpy as np
 import scipy.sparse as sp
@@ -46,10 +48,56 @@ from ..utils._random import (
     release_generator,
 )
 from ..utils._progress import VERBOSE_CONSTRAINT, Progress
-from ..utils._repr import PrivacyReprMixin
+from ..utils._repr import PrivacyReprMixin, public_repr
 from ._scorers import noisy_label_scorer
 
-__all__ = ["BaseLabelDPEstimator"]
+__all__ = ["BaseLabelDPEstimator", "unfitted_on_failure"]
+
+
+class _FitAttempt:
+    """What one call to ``fit`` has charged so far (epsilon per label).
+
+    The fit sets :attr:`charged`, a function of its local mechanisms, once
+    it has them; it is read on success and on failure alike."""
+
+    def __init__(self):
+        self.charged = lambda: 0.0
+
+
+def unfitted_on_failure(fit):
+    """Decorate a label-DP ``fit``: a fit that raises leaves the estimator
+    unfitted (no fitted attribute of an earlier fit survives), and the
+    epsilon it had charged before failing is added to ``epsilon_spent_``
+    and named in a note on the exception. ``fit`` receives the attempt's
+    :class:`_FitAttempt` as ``self._attempt`` (removed when it returns)."""
+
+    @functools.wraps(fit)
+    def wrapper(self, *args, **kwargs):
+        had_spent = hasattr(self, "epsilon_spent_")
+        before = getattr(self, "epsilon_spent_", 0.0)
+        self._attempt = attempt = _FitAttempt()
+        try:
+            fitted = fit(self, *args, **kwargs)
+            self.epsilon_spent_ = before + attempt.charged()
+            return fitted
+        except BaseException as exc:
+            charged = attempt.charged()
+            for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
+                delattr(self, name)
+            if had_spent or charged:
+                self.epsilon_spent_ = before + charged
+            if charged:
+                exc.add_note(
+                    f"{type(self).__name__}.fit failed after charging epsilon={charged:g} per "
+                    "label (recorded in the accountant's ledger, if one is attached); that "
+                    "budget is spent. The estimator is left unfitted; epsilon_spent_ "
+                    f"({self.epsilon_spent_:g}) includes the charge."
+                )
+            raise
+        finally:
+            del self._attempt
+
+    return wrapper
 
 
 class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
@@ -98,6 +146,7 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
         estimator's ``accountant`` and ``random_state`` are used when given.
         ``random_state`` is None or an int (see :meth:`_fit_context`).
         """
+        self._check_mechanism_params(public)
         if isinstance(self.mechanism, str):
             params = {k: v for k, v in public.items() if v is not None}
             params.update(getattr(self, "mechanism_params", None) or {})
@@ -125,6 +174,48 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
             mech.set_params(verbose=self.verbose)
         return mech
 
+    #: Mechanism parameters the estimator sets from its own parameters.
+    _OWN_MECHANISM_PARAMS = ("epsilon", "accountant", "random_state", "bounds", "domain")
+    #: Public inputs given both to the estimator and to a mechanism instance.
+    _SHARED_PUBLIC_INPUTS = ("bounds", "domain", "classes")
+
+    def _check_mechanism_params(self, public):
+        """Refuse, before anything is spent, a parameter given in two places:
+        ``mechanism_params`` with an instance, a ``mechanism_params`` key the
+        estimator sets itself, or an instance's public input (bounds, domain,
+        classes) that differs from the estimator's."""
+        name = type(self).__name__
+        params = getattr(self, "mechanism_params", None) or {}
+        if isinstance(self.mechanism, str):
+            taken = sorted(set(params) & set(self._OWN_MECHANISM_PARAMS))
+            if taken:
+                raise ValueError(
+                    f"{name}: mechanism_params sets {', '.join(taken)}, which the estimator "
+                    f"sets itself; pass {', '.join(f'{k}=' for k in taken)} to {name}."
+                )
+            return
+        mech_name = type(self.mechanism).__name__
+        if params:
+            raise ValueError(
+                f"{name}: mechanism_params ({', '.join(sorted(params))}) only applies to a "
+                f"mechanism named by a string; set these parameters on the {mech_name} instance."
+            )
+        own = self.mechanism.get_params(deep=False)
+        for key in self._SHARED_PUBLIC_INPUTS:
+            mine, theirs = public.get(key), own.get(key)
+            if mine is None or theirs is None:
+                continue
+            try:
+                same = np.array_equal(np.asarray(mine), np.asarray(theirs))
+            except Exception:  # noqa: BLE001 - incomparable values differ
+                same = False
+            if not same:
+                raise ValueError(
+                    f"{name}: the {mech_name} instance has {key}={public_repr(theirs)} but the "
+                    f"estimator has {key}={public_repr(mine)}; give {key} in one place (or the "
+                    "same value, in the same order, in both)."
+                )
+
     def _progress(self):
         return Progress(self.verbose, type(self).__name__)
 
@@ -133,7 +224,8 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
         """Raise on anything the base estimator would reject about X, y's
         shape or the fit parameters, before the labels are randomized.
 
-        Returns the fit parameters routed to the base estimator.
+        Returns the fit parameters routed to the base estimator and the
+        ``cv`` of ``param_grid``'s search (see :meth:`_check_model_selection`).
         """
         check_random_state(self.random_state, owner=type(self).__name__)
         if y is None:
@@ -155,6 +247,9 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
             input_name="X",
         )
         check_consistent_length(X, y)
+        if hasattr(self.base_estimator, "_parameter_constraints"):
+            # scikit-learn validates a base estimator's parameters in its fit: after the charge.
+            self.base_estimator._validate_params()
         y_shape = getattr(y, "shape", None) or np.asarray(y).shape
         if len(y_shape) > 2:
             raise ValueError(f"y must be 1-D or 2-D, got an array with {len(y_shape)} dimensions.")
@@ -175,8 +270,8 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
             )
         routed = self._routed("fit", fit_params)
         self._check_fit_params(X, routed)
-        self._check_model_selection(y_shape)
-        return routed
+        cv = self._check_model_selection(y_shape)
+        return routed, cv
 
     def _check_fit_params(self, X, fit_params):
         """Lengths and sample weights of the routed fit parameters, and that
@@ -251,15 +346,22 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
     # -- model selection on the noisy labels (param_grid) ----------------------
     def _check_model_selection(self, y_shape):
         """Refuse, before anything is spent, a ``param_grid`` that cannot be
-        searched with an unbiased noisy-label scorer."""
+        searched with an unbiased noisy-label scorer.
+
+        Returns the ``cv`` the search uses (None without ``param_grid``): an
+        iterable of splits (e.g. a generator, which a check would use up) is
+        read once, here, into a list that the search then reuses."""
         if self.param_grid is None:
-            return
+            return None
         name = type(self).__name__
         for params in ParameterGrid(self.param_grid):  # validates the grid's structure,
             candidate = clone(self.base_estimator).set_params(**params)  # the names
             if hasattr(candidate, "_validate_params"):  # and the values, where declared
                 candidate._validate_params()
-        n_splits = check_cv(self.cv, classifier=self._task == "classification").get_n_splits()
+        cv = self.cv
+        if cv is not None and not isinstance(cv, (Integral, str)) and not hasattr(cv, "split"):
+            cv = self._read_splits(cv, y_shape[0])
+        n_splits = check_cv(cv, classifier=self._task == "classification").get_n_splits()
         if n_splits > y_shape[0]:
             raise ValueError(
                 f"{name}: cv has {n_splits} splits for {y_shape[0]} labels; param_grid needs "
@@ -289,11 +391,37 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
                 f"labels, which {type(mechanism).__name__}'s continuous clipped outputs do not "
                 "give; use mechanism_params={'clip': False} or a discrete mechanism."
             )
+        return cv
 
-    def _fit_base(self, X, y_noisy, routed_fit_params, mechanism=None):
+    def _read_splits(self, cv, n_samples):
+        """An iterable of (train, test) index arrays as a list, checked."""
+        name = type(self).__name__
+        try:
+            splits = [(np.asarray(train), np.asarray(test)) for train, test in cv]
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{name}: cv must be an int, a splitter or an iterable of (train, test) index "
+                "arrays."
+            ) from None
+        if not splits:
+            raise ValueError(
+                f"{name}: cv yielded no splits (a generator is used up by the first fit: pass "
+                "a list of splits to fit more than once)."
+            )
+        for train, test in splits:
+            for rows in (train, test):
+                if rows.size and (rows.dtype.kind not in "iu" or rows.min() < 0
+                                  or rows.max() >= n_samples):
+                    raise ValueError(
+                        f"{name}: cv's splits must hold row indices in [0, {n_samples})."
+                    )
+        return splits
+
+    def _fit_base(self, X, y_noisy, routed_fit_params, mechanism=None, cv=None):
         """Fit a clone of the base estimator on the noisy labels, choosing its
-        parameters in ``param_grid`` by cross-validation on the noisy labels
-        with the unbiased scorer of ``mechanism`` (post-processing: no budget)."""
+        parameters in ``param_grid`` by cross-validation (``cv``, from
+        :meth:`_check_model_selection`) on the noisy labels with the unbiased
+        scorer of ``mechanism`` (post-processing: no budget)."""
         self.best_params_ = self.cv_results_ = None
         if self.param_grid is not None:
             try:
@@ -308,7 +436,7 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
                 )
             else:
                 search = GridSearchCV(
-                    clone(self.base_estimator), self.param_grid, scoring=scorer, cv=self.cv,
+                    clone(self.base_estimator), self.param_grid, scoring=scorer, cv=cv,
                     error_score="raise",
                 )
                 try:

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context, clone
 from sklearn.dummy import DummyClassifier
 from sklearn.utils import _safe_indexing
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_method_params, check_is_fitted, column_or_1d
@@ -21,12 +21,12 @@ from sklearn.utils.validation import _check_method_params, check_is_fitted, colu
 from .._accountant import BudgetAccountant
 from ..mechanisms._base import BaseLabelMechanism
 from ..mechanisms._registry import make_mechanism
-from ..mechanisms._validation import EpsilonInterval, check_classes, encode_classes
+from ..mechanisms._validation import EpsilonInterval, NumberInterval, check_classes, encode_classes
 from ..mechanisms.classic._randomized_response import RandomizedResponse
 from ..mechanisms.classification._rr_top_k import RRTopK, RRWithPrior
 from ..mechanisms.classification._solver import temper, top_k_order
 from ..utils._random import derive_random_state
-from ._base import BaseLabelDPEstimator
+from ._base import BaseLabelDPEstimator, unfitted_on_failure
 from ._cluster_prior import cluster_prior_epsilon, cluster_priors, feature_clusters, nearest_cluster
 from ._majority_guard import GUARD_FOLDS, cross_fitted_accuracies, guard_folds, prefers_constant
 from ._multistage import in_top_k, partition_stages, stage_fractions
@@ -293,16 +293,16 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
 
     _parameter_constraints = {
         **BaseLabelDPEstimator._parameter_constraints,
-        "n_stages": [Interval(Integral, 1, None, closed="left")],
-        "stage_split": [Interval(Real, 0, 1, closed="neither"), "array-like", None],
-        "prior_temperature": [Interval(Real, 0, None, closed="neither")],
+        "n_stages": [NumberInterval(Integral, 1, None, closed="left")],
+        "stage_split": [NumberInterval(Real, 0, 1, closed="neither"), "array-like", None],
+        "prior_temperature": [NumberInterval(Real, 0, None, closed="neither")],
         "classes": ["array-like", None],
         "prior": [StrOptions({"uniform", "clusters", "class-frequencies"})],
-        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "n_clusters": [NumberInterval(Integral, 1, None, closed="left")],
         "prior_epsilon": [StrOptions({"auto"}), EpsilonInterval()],
         "reuse_labels": ["boolean"],
         "proba_correction": [StrOptions({"backward"}), None],
-        "shrinkage": [StrOptions({"auto"}), Interval(Real, 0, 1, closed="both"), None],
+        "shrinkage": [StrOptions({"auto"}), NumberInterval(Real, 0, 1, closed="both"), None],
         "majority_guard": [StrOptions({"auto"}), "boolean"],
     }
 
@@ -459,22 +459,14 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
 
     def _make_mechanism(self, plan, epsilon, random_state, classes):
         if self.mechanism != "auto":
+            # An instance's own classes must be the declared ones, in their order (checked
+            # by _build_mechanism): the codes, masks and probability columns follow it.
             mech = self._build_mechanism(epsilon, random_state, None, classes=classes)
-            # An instance's own classes must be the declared ones, in their order: the
-            # codes, masks and probability columns follow it, and labels outside them
-            # would only fail after the charge.
-            params = mech.get_params(deep=False)
-            if "classes" not in params:  # its outputs would not be classes: found after the charge
+            if "classes" not in mech.get_params(deep=False):
+                # Its outputs would not be classes: found after the charge.
                 raise ValueError(
                     f"LabelDPClassifier needs a classification mechanism (one that takes "
                     f"classes: 'rr', 'rr-top-k', 'rr-with-prior'); got {type(mech).__name__}."
-                )
-            own = params["classes"]
-            if own is not None and not np.array_equal(np.asarray(own), classes):
-                raise ValueError(
-                    f"{type(mech).__name__}(classes={public_repr(own)}) differs from "
-                    f"classes={public_repr(classes)}; give the mechanism the same classes in "
-                    "the same order, or leave its classes unset."
                 )
             return mech
         mech = make_mechanism(plan["mechanism"], task=self._task, epsilon=epsilon,
@@ -484,9 +476,6 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
 
     def _check_noise_options(self, mechanisms):
         """The correction options need the noise to be RR-Top-k (known T)."""
-        if isinstance(self.shrinkage, (bool, np.bool_)):  # a bool is a Real: True would mean 1
-            raise ValueError(
-                f"shrinkage must be 'auto', a float in [0, 1] or None; got {self.shrinkage!r}.")
         uses_noise = (self.proba_correction is not None or self.shrinkage is not None
                       or _is_noise_aware(self.base_estimator))
         if self.shrinkage is not None:
@@ -520,7 +509,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             return np.broadcast_to(_global_mask(mech), (n_rows, n_classes))
         return _masks_from_priors(mech, priors)
 
-    def _fit_model(self, X, codes, targets, fit_params, mechanism):
+    def _fit_model(self, X, codes, targets, fit_params, mechanism, cv):
         """Fit a clone of the base estimator on noisy codes.
 
         Noise-aware base estimators also get the debiased targets (rows of
@@ -533,12 +522,17 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             return estimator.fit(X, codes, noise_targets=targets, **fit_params)
         if np.unique(codes).shape[0] < 2:
             return DummyClassifier(strategy="prior").fit(X, codes)
-        return self._fit_base(X, codes, fit_params, mechanism)
+        return self._fit_base(X, codes, fit_params, mechanism, cv)
 
     # -- fit -----------------------------------------------------------------------
+    @unfitted_on_failure
     @_fit_context(prefer_skip_nested_validation=False)
     def fit(self, X: ArrayLike, y: ArrayLike, **fit_params: Any) -> Self:
         """Randomize each label once (charging ``epsilon``) and train.
+
+        A fit that raises leaves the estimator unfitted; the epsilon it had
+        charged before failing is spent, counted in ``epsilon_spent_`` and
+        named in a note on the exception.
 
         Parameters
         ----------
@@ -555,7 +549,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         self : object
         """
         # Everything that can fail is checked before any budget is spent.
-        routed = self._check_inputs_before_spending(X, y, fit_params)
+        routed, cv = self._check_inputs_before_spending(X, y, fit_params)
         if sp.issparse(X):
             X = X.tocsr()  # stages index rows
         elif not hasattr(X, "iloc"):
@@ -616,6 +610,15 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         priors = None
         self.cluster_centers_ = self.cluster_histograms_ = None
         self.histogram_sizes_ = []
+        stages_charged = []
+
+        def charged():  # stages (and the histogram's own rows) compose in parallel
+            eps_histogram = eps_prior if self.histogram_sizes_ else 0.0
+            eps_stages = max(stages_charged, default=0.0)
+            return (max(eps_histogram, eps_stages) if n_histogram
+                    else eps_histogram + eps_stages)
+
+        self._attempt.charged = charged
         group = None
         if accountant is not None and (n_stages > 1 or n_histogram):
             group = accountant.disjoint_group(type(self).__name__)
@@ -682,6 +685,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
                     details={"estimator": type(self).__name__, "mechanism": type(mech).__name__,
                              "step": "randomized labels", "stage": stage + 1},
                 )
+            stages_charged.append(float(cost[0]))
             mech.fit(y[rows])
             if stage_priors is None:
                 noisy = mech.transform(y[rows])
@@ -713,7 +717,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             ):
                 previous, model = model, self._fit_model(
                     _safe_indexing(X, train), noisy_codes[train], targets,
-                    _check_method_params(X, routed, train), mech,
+                    _check_method_params(X, routed, train), mech, cv,
                 )
             self.stage_train_sizes_.append(int(train.shape[0]))
 
@@ -733,7 +737,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         if self._guards() and not constant_only:
             try:
                 self.majority_guard_ = self._guard(
-                    X, noisy_codes, masks, eps_labels, routed, mechanisms[0], parts[0])
+                    X, noisy_codes, masks, eps_labels, routed, mechanisms[0], parts[0], cv)
             except Exception as exc:  # noqa: BLE001 - the budget is spent: keep the release
                 warnings.warn(
                     f"{type(self).__name__}: the majority guard failed ({type(exc).__name__}); "
@@ -751,10 +755,6 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         self.class_prior_, self.shrinkage_ = None, 0.0
         if not constant_only:
             self._fit_shrinkage(noisy_codes, masks, parts, train_masks, eps_labels)
-        # Stages (and the histogram's own rows) compose in parallel; refits add up.
-        eps_stages = max(float(getattr(m, "epsilon_spent_", 0.0)) for m in mechanisms)
-        self.epsilon_spent_ = getattr(self, "epsilon_spent_", 0.0) + (
-            max(eps_prior, eps_stages) if n_histogram else eps_prior + eps_stages)
         self.stage_sizes_ = [0] if constant_only else [int(r.shape[0]) for r in parts]
         return self
 
@@ -806,7 +806,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             return np.argmax(backward_correct(self._proba(model, X), masks, epsilon), axis=1)
         return np.asarray(model.predict(X), dtype=np.int64)
 
-    def _guard(self, X, noisy_codes, masks, epsilon, routed, mech, rows):
+    def _guard(self, X, noisy_codes, masks, epsilon, routed, mech, rows, cv):
         """Cross-fitted model vs constant on the noisy labels (free; docs/classification.md).
 
         The constant is the private histogram's top class when there is one
@@ -829,7 +829,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             targets = (debiased_targets(noisy_codes[train], masks[train], epsilon, n_classes)
                        if noise_aware else None)
             model = self._fit_model(_safe_indexing(X, train), noisy_codes[train], targets,
-                                    _check_method_params(X, routed, train), mech)
+                                    _check_method_params(X, routed, train), mech, cv)
             return self._model_codes(model, _safe_indexing(X, test), masks[test], epsilon)
 
         def constant_class(train):

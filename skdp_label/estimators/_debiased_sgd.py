@@ -9,8 +9,6 @@ from typing import Any, Self
 import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
-from sklearn.utils import check_random_state as sklearn_check_random_state
-from sklearn.utils._param_validation import Interval
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import (
     check_consistent_length,
@@ -19,7 +17,12 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
-from ..mechanisms._validation import encode_classes
+from ..mechanisms._validation import NumberInterval, encode_classes
+from ..utils._random import (
+    check_random_state,
+    post_processing_generator,
+    random_state_constraint,
+)
 from ._noise_aware import noise_inverse, softmax
 
 __all__ = ["DebiasedSGDClassifier", "debiased_gradient"]
@@ -95,7 +98,9 @@ class DebiasedSGDClassifier(ClassifierMixin, BaseEstimator):
         every step (the projection of Alg. 5); ``None``: no projection.
     random_state : None or int, default=None
         Order of the examples in each epoch. The labels are already private,
-        so this is not label noise.
+        so this is not label noise (an int emits no warning). ``None`` draws
+        fresh OS entropy for every ``fit`` / ``partial_fit``. Generators are
+        refused: nothing that replays a stream is kept in the estimator.
 
     Attributes
     ----------
@@ -128,18 +133,19 @@ class DebiasedSGDClassifier(ClassifierMixin, BaseEstimator):
     _parameter_constraints = {
         "noise": ["array-like", None, object],
         "classes": ["array-like", None],
-        "alpha": [Interval(Real, 0, None, closed="left")],
-        "eta0": [Interval(Real, 0, None, closed="neither")],
-        "batch_size": [Interval(Integral, 1, None, closed="left")],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
-        "max_norm": [Interval(Real, 0, None, closed="neither"), None],
-        "random_state": ["random_state"],
+        "alpha": [NumberInterval(Real, 0, None, closed="left")],
+        "eta0": [NumberInterval(Real, 0, None, closed="neither")],
+        "batch_size": [NumberInterval(Integral, 1, None, closed="left")],
+        "max_iter": [NumberInterval(Integral, 1, None, closed="left")],
+        "max_norm": [NumberInterval(Real, 0, None, closed="neither"), None],
+        # Generators are listed so that fit refuses them with a message that says why.
+        "random_state": random_state_constraint(),
     }
 
     def __init__(self, noise: ArrayLike | Any = None, *, classes: ArrayLike | None = None,
                  alpha: float = 1e-4, eta0: float = 0.5, batch_size: int = 32,
                  max_iter: int = 30, max_norm: float | None = None,
-                 random_state: int | np.random.RandomState | None = None) -> None:
+                 random_state: int | None = None) -> None:
         self.noise = noise
         self.classes = classes
         self.alpha = alpha
@@ -216,7 +222,7 @@ class DebiasedSGDClassifier(ClassifierMixin, BaseEstimator):
         check_consistent_length(X, y)
         targets = self._targets(y, noise_targets, reset=True)
         self._start(X.shape[1])
-        rng = sklearn_check_random_state(self.random_state)
+        rng = self._order_generator()  # local: never stored
         for _ in range(self.max_iter):
             self._epoch(X, targets, rng)
         self.n_iter_ = int(self.max_iter)
@@ -244,13 +250,26 @@ class DebiasedSGDClassifier(ClassifierMixin, BaseEstimator):
         first = not hasattr(self, "coef_")
         if first:
             self._validate_params()
+        rng = self._order_generator()  # local: never stored
         X = validate_data(self, X, reset=first, dtype=np.float64)
         check_consistent_length(X, y)
         targets = self._targets(y, noise_targets, reset=first)
         if first:
             self._start(X.shape[1])
-        self._epoch(X, targets, sklearn_check_random_state(self.random_state))
+        self._epoch(X, targets, rng)
         return self
+
+    def _order_generator(self):
+        """The example order's generator for one call to fit / partial_fit,
+        from :mod:`skdp_label.utils._random`; a seeded stream is separated by
+        the steps taken so far, so successive ``partial_fit`` calls visit the
+        examples in different orders."""
+        return post_processing_generator(self.random_state, (getattr(self, "t_", 0),))
+
+    def _validate_params(self):
+        super()._validate_params()
+        # Also as LabelDPClassifier's base estimator, before anything is spent.
+        check_random_state(self.random_state, owner=type(self).__name__)
 
     def _logits(self, X):
         check_is_fitted(self)

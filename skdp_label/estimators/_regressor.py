@@ -12,7 +12,7 @@ from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context, clone
 from sklearn.metrics import r2_score
 from sklearn.utils import _safe_indexing
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import (
     _check_method_params,
     _num_features,
@@ -22,9 +22,10 @@ from sklearn.utils.validation import (
 
 from .._accountant import BudgetAccountant
 from ..mechanisms._base import BaseLabelMechanism
+from ..mechanisms._validation import NumberInterval
 from ..mechanisms.auto._mechanism import compare_candidates, prior_variance
 from ..utils._random import derive_random_state, public_folds
-from ._base import BaseLabelDPEstimator
+from ._base import BaseLabelDPEstimator, unfitted_on_failure
 from ._calibration import (
     LinearCalibration,
     anchor_for,
@@ -65,7 +66,10 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         ``accountant``, ``random_state`` and ``mechanism_params``; or a
         mechanism instance, which is cloned, and whose ``epsilon`` is
         replaced by this estimator's (an instance with an accountant of its
-        own is charged there; a different ``accountant`` is refused).
+        own is charged there; a different ``accountant`` is refused). An
+        instance's ``bounds`` / ``domain``, when set, must equal the
+        estimator's when those are set too (a ``ValueError`` before anything
+        is spent); unset ones are filled in from the estimator's.
     epsilon : float, default=1.0
         Privacy cost of one label per fit.
     bounds : tuple (lo, hi), optional
@@ -73,7 +77,10 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
     domain : array-like, optional
         Public finite label domain, passed to mechanisms that take one.
     mechanism_params : dict, optional
-        Further constructor arguments of the mechanism (by name only). For
+        Further constructor arguments of a mechanism named by a string
+        (refused with an instance: set them on it; and refused for
+        ``epsilon``, ``accountant``, ``random_state``, ``bounds`` and
+        ``domain``, which are this estimator's parameters). For
         ``'auto'``, ``{'n_eff': ...}`` overrides the number of noisy labels
         one prediction is taken to average (by default read off the base
         estimator: see :func:`~skdp_label.estimators.effective_sample_size`).
@@ -193,7 +200,9 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         "domain": ["array-like", None],
         "mechanism_params": [dict, None],
         "clip_predictions": ["boolean"],
-        "shrinkage": [StrOptions({"auto", "cv"}), Interval(Real, 0, 1, closed="both"), None],
+        "shrinkage": [
+            StrOptions({"auto", "cv"}), NumberInterval(Real, 0, 1, closed="both"), None
+        ],
     }
 
     #: Folds of the cross-fitting behind ``shrinkage='cv'`` (public, docs/auto.md).
@@ -234,9 +243,14 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         self.clip_predictions = clip_predictions
         self.shrinkage = shrinkage
 
+    @unfitted_on_failure
     @_fit_context(prefer_skip_nested_validation=False)
     def fit(self, X: ArrayLike, y: ArrayLike, **fit_params: Any) -> Self:
         """Randomize ``y`` once (charging ``epsilon``) and fit the base estimator.
+
+        A fit that raises leaves the estimator unfitted; the epsilon it had
+        charged before failing is spent, counted in ``epsilon_spent_`` and
+        named in a note on the exception.
 
         Parameters
         ----------
@@ -253,7 +267,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         self : object
         """
         # Everything that can fail is checked before any budget is spent.
-        routed = self._check_inputs_before_spending(X, y, fit_params)
+        routed, cv = self._check_inputs_before_spending(X, y, fit_params)
         n_samples = _num_samples(X)
         shrinkage = self._resolve_shrinkage(y, n_samples)
         # 'auto' measures n_eff on the public features (one fit on synthetic
@@ -284,6 +298,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
                 and routed.get("sample_weight") is None else None
             ),
         )
+        self._attempt.charged = lambda: float(getattr(mechanism, "epsilon_spent_", 0.0))
         mechanism.fit(y)
         self.n_eff_ = float(getattr(mechanism, "n_eff_", n_eff))
         self.predicted_risks_ = self._predicted_risks(mechanism, n_samples)
@@ -292,11 +307,10 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         progress = self._progress()
         progress.charges(getattr(mechanism, "charges_", ()))
         with progress.timed(f"fitted {type(self.base_estimator).__name__} on the noisy labels"):
-            self.estimator_ = self._fit_base(X, y_noisy, routed, mechanism)
+            self.estimator_ = self._fit_base(X, y_noisy, routed, mechanism, cv)
         self._fit_shrinkage(shrinkage, X, y_noisy, routed, mechanism, progress)
         self.mechanism_ = mechanism
         self.prediction_bounds_ = mechanism._label_range() if self.clip_predictions else None
-        self.epsilon_spent_ = getattr(self, "epsilon_spent_", 0.0) + float(mechanism.epsilon_spent_)
         return self
 
     def predict(self, X: ArrayLike, **predict_params: Any) -> np.ndarray:
@@ -323,12 +337,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
     # -- the shrinkage guard (docs/auto.md) -------------------------------------
     def _resolve_shrinkage(self, y, n_samples):
         """'cv', a fixed weight, or None; checked before anything is spent."""
-        shrinkage = self.shrinkage
-        if isinstance(shrinkage, (bool, np.bool_)):  # a bool is a Real: True would mean s = 1
-            raise ValueError(
-                f"{type(self).__name__}: shrinkage must be 'auto', 'cv', a float in [0, 1] or "
-                f"None; got {shrinkage!r} (for the cross-fitted guard use shrinkage='cv')."
-            )
+        shrinkage = self.shrinkage  # never a bool (NumberInterval): True is not s = 1
         if shrinkage is None or shrinkage == "auto" and not self._is_auto():
             return None
         y_shape = getattr(y, "shape", None) or np.asarray(y).shape

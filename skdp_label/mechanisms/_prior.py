@@ -15,12 +15,12 @@ from abc import abstractmethod
 from numbers import Real
 
 import numpy as np
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 
 from .._kernels._sampling import staircase_noise
 from ._base import OUT_OF_BOUNDS_CONSTRAINT, BaseDiscreteMechanism
 from ._grid_rule import auto_grid
-from ._validation import NUMPY_BELOW, EpsilonInterval, check_bounds
+from ._validation import NUMPY_BELOW, EpsilonInterval, NumberInterval, check_bounds
 from ..utils._repr import public_repr
 
 __all__ = [
@@ -300,7 +300,7 @@ class BasePriorMechanism(BaseDiscreteMechanism):
         "prior": [tuple, list, None],
         "domain": ["array-like", None],
         "bounds": [tuple, list, None],
-        "resolution": [Interval(Real, 0, None, closed="neither"), None],
+        "resolution": [NumberInterval(Real, 0, None, closed="neither"), None],
         "prior_epsilon": [StrOptions({"auto"}), EpsilonInterval()],
         "out_of_bounds": OUT_OF_BOUNDS_CONSTRAINT,
     }

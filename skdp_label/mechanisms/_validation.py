@@ -10,6 +10,7 @@ from .._kernels._sampling import count_outside
 from ..utils._repr import format_number, public_repr
 
 __all__ = [
+    "NumberInterval",
     "EpsilonInterval",
     "MIN_EPSILON",
     "check_bounds",
@@ -28,7 +29,19 @@ __all__ = [
 MIN_EPSILON = 1e-9
 
 
-class EpsilonInterval(Interval):
+class NumberInterval(Interval):
+    """scikit-learn's ``Interval`` without bools: ``n_stages=True`` or
+    ``shrinkage=True`` is a slip, not the number 1 (a bool is an ``Integral``
+    to ``numbers``, so ``Interval`` takes it)."""
+
+    def is_satisfied_by(self, val):
+        return not isinstance(val, (bool, np.bool_)) and super().is_satisfied_by(val)
+
+    def __str__(self):
+        return f"{super().__str__()} (not a bool)"
+
+
+class EpsilonInterval(NumberInterval):
     """``_parameter_constraints`` entry of a privacy budget: a real number in the
     interval, never a bool (``epsilon=True`` is a slip, not a budget of 1), and,
     unless 0, at least :data:`MIN_EPSILON` (``1e-30`` would hang a noise
@@ -38,8 +51,7 @@ class EpsilonInterval(Interval):
         super().__init__(Real, 0, None, closed=closed)
 
     def is_satisfied_by(self, val):
-        return (not isinstance(val, bool) and super().is_satisfied_by(val)
-                and (val == 0 or val >= MIN_EPSILON))
+        return super().is_satisfied_by(val) and (val == 0 or val >= MIN_EPSILON)
 
     def __str__(self):
         zero = "0 or " if self.closed == "left" else ""

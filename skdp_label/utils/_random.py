@@ -32,6 +32,7 @@ __all__ = [
     "PrivacyLeakWarning",
     "check_random_state",
     "release_generator",
+    "post_processing_generator",
     "derive_random_state",
     "simulation_generator",
     "public_folds",
@@ -67,9 +68,9 @@ def random_state_constraint() -> list[Any]:
     Stream types are admitted by the constraint only so that
     :func:`check_random_state` can refuse them with a message that says why.
     """
-    from sklearn.utils._param_validation import Interval
+    from ..mechanisms._validation import NumberInterval  # not a bool either
 
-    return [Interval(Integral, 0, None, closed="left"), None, *_STREAM_TYPES]
+    return [NumberInterval(Integral, 0, None, closed="left"), None, *_STREAM_TYPES]
 
 
 def check_random_state(random_state: int | None, owner: str = "random_state") -> int | None:
@@ -128,11 +129,36 @@ def release_generator(
     release from public information), and emits :class:`PrivacyLeakWarning`.
     """
     seed = check_random_state(random_state)
+    if seed is not None:
+        _warn_fixed_seed(owner)
+    return _seeded_generator(seed, tuple(context))
+
+
+def post_processing_generator(random_state: int | None, context: tuple = ()) -> np.random.Generator:
+    """A numpy Generator for random choices on labels that are already
+    private (e.g. the order in which an SGD visits noisy labels), never for
+    label noise. Callers must not store it.
+
+    ``None`` draws fresh OS entropy; an integer seed gives a reproducible
+    stream separated by ``context`` (non-negative ints). It emits no
+    :class:`PrivacyLeakWarning`: what it randomizes is post-processing.
+    """
+    # The tag keeps these streams apart from every release's under one seed:
+    # an example order that replayed label noise would reveal it.
+    return _seeded_generator(check_random_state(random_state), (_POST_PROCESSING, *context))
+
+
+# First spawn_key word of every post-processing stream (b"post"), so that its
+# keys never equal a release's context, whatever words the caller gives.
+_POST_PROCESSING = 0x74736F70
+
+
+def _seeded_generator(seed, spawn_key):
+    """Fresh OS entropy for ``None``; else the stream of ``seed`` and ``spawn_key``."""
     if seed is None:
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence()))
-    _warn_fixed_seed(owner)
     return np.random.Generator(
-        np.random.PCG64(np.random.SeedSequence(entropy=seed, spawn_key=tuple(context)))
+        np.random.PCG64(np.random.SeedSequence(entropy=seed, spawn_key=spawn_key))
     )
 
 

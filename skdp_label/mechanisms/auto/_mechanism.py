@@ -9,13 +9,13 @@ from numbers import Integral, Real
 
 import numpy as np
 from numpy.typing import ArrayLike
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 
 from ..._accountant import BudgetAccountant
 from .._base import BaseLabelMechanism
 from .._prior import MEAN_UNITS, BasePriorMechanism, noisy_mean, resolve_domain
 from .._registry import register_mechanism
-from .._validation import EpsilonInterval, check_bounds, check_squared_span
+from .._validation import EpsilonInterval, NumberInterval, check_bounds, check_squared_span
 from ..bins import RROnBins
 from ..unbiased import BiasVarianceRandomizer, OptimalUnbiased
 from ..unbiased._mechanisms import auto_grid_size
@@ -277,9 +277,9 @@ class AutoRegression(BasePriorMechanism):
 
     _parameter_constraints = {
         **BasePriorMechanism._parameter_constraints,
-        "n_eff": [Interval(Real, 1, None, closed="left"), None],
+        "n_eff": [NumberInterval(Real, 1, None, closed="left"), None],
         "candidates": [list, tuple, None],
-        "grid_size": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"})],
+        "grid_size": [NumberInterval(Integral, 2, None, closed="left"), StrOptions({"auto"})],
         "mean_epsilon": [StrOptions({"auto"}), EpsilonInterval("left"), None],
     }
 

@@ -8,13 +8,13 @@ from numbers import Real
 
 import numpy as np
 from numpy.typing import ArrayLike
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 
 from ..._accountant import BudgetAccountant
 from ..._kernels._sampling import rr_flip_probability
 from .._prior import BasePriorMechanism, nearest_domain_index
 from .._registry import register_mechanism
-from .._validation import check_squared_span
+from .._validation import NumberInterval, check_squared_span
 from ._sampling import BinLookup
 from ._solver import expected_loss, optimal_bins
 
@@ -145,7 +145,7 @@ class RROnBins(BasePriorMechanism):
 
     _parameter_constraints = {
         **BasePriorMechanism._parameter_constraints,
-        "resolution": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither"), None],
+        "resolution": [StrOptions({"auto"}), NumberInterval(Real, 0, None, closed="neither"), None],
         "loss": [StrOptions({"squared", "absolute", "poisson"}), callable],
     }
     _grid_family = "bins"

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..._kernels._intrinsics import float_bits
 from ..._kernels._philox import begin_row
-from ..._kernels._sampling import rr_code, rr_constants
+from ..._kernels._sampling import _digit, _rr_rare, rr_code_common, rr_code_rare, rr_constants
 from ..._kernels._twin import kernel_for
 from .._prior import nearest_by_search
 
@@ -68,7 +68,11 @@ def _bins_kernel(sample):
                     bin_ = bin_map[j + below]
             if sample:
                 begin_row(rng, n)  # keyed releases: row n reads its own stream
-                out[n] = outputs[rr_code(bin_, n_bins, qd, frac, limit, m, rng)]
+                d = _digit(rng)
+                j = rr_code_common(bin_, n_bins, d, limit, m)
+                if _rr_rare(d, qd, limit):
+                    j = rr_code_rare(bin_, n_bins, d, qd, frac, m, rng)
+                out[n] = outputs[j]
             else:
                 out[n] = bin_
 

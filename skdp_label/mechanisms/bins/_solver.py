@@ -59,11 +59,20 @@ import numpy as np
 from numba import types
 from numba.extending import overload
 
+from ..._kernels._twin import call_exact, twin
+
 __all__ = ["optimal_bins", "solve_support", "BinSolution", "LOSS_CODES", "expected_loss"]
 
 LOSS_CODES = {"squared": 0, "absolute": 1, "poisson": 2}
 _GENERIC = 3
 _MAX_ITER = 200
+# Bin costs the solver's kernels evaluate interpreted (call_exact: the same
+# float operations, ~3-9 us each) before they compile: a dynamic program over
+# G positions counts G (G + 1) / 2, an upper bound on the costs it evaluates.
+# RR-on-Bins over 51 labels needs ~4,000 (0.01-0.04 s); with a cold numba
+# cache the allowance is COLD_SCALE times larger (at most ~0.5 s against
+# ~1.5 s to compile both kernels).
+_MAX_COSTS = 10_000
 
 
 # --------------------------------------------------------------------------
@@ -233,9 +242,20 @@ def _abs_value_at(j, r, i, lam, P, Z1, z, Fv):
 # the penalised partition DP (inner step of Dinkelbach)
 # --------------------------------------------------------------------------
 def _cost(code, r, i, j, lam, P, Z1, Z2, z, Fv, par, cmat):
-    """(cost of bin [r, i), updated median pointer) for the loss ``code``
-    (numba only, with ``code`` a compile-time constant)."""
-    raise NotImplementedError("_cost is only callable from numba-compiled kernels")
+    """(cost of bin [r, i), updated median pointer) for the loss ``code``.
+
+    In the kernels, ``code`` is a compile-time constant and the overload
+    below picks one impl while typing; in their Python twins (call_exact)
+    this function runs the same impl interpreted.
+    """
+    if code == 0:
+        return twin(_cost_squared, raising=True)(r, i, lam, P, Z1, Z2, par), j
+    if code == 1:
+        j = twin(_abs_median, raising=True)(r, i, j, lam, P)
+        return twin(_abs_value_at, raising=True)(j, r, i, lam, P, Z1, z, Fv), j
+    if code == 2:
+        return twin(_cost_poisson, raising=True)(r, i, lam, P, Z1, Z2, par), j
+    return cmat[r, i], j
 
 
 @overload(_cost, inline="always", prefer_literal=True)
@@ -374,7 +394,7 @@ class _Problem:
         elif code == 2:
             if c <= 0.0:
                 raise ValueError("the Poisson loss needs a prior with positive mean.")
-            h = c * _psi_array(z / c)
+            h = c * call_exact(_psi_array, K, _MAX_COSTS, z / c)
             self.Z2 = _prefix_sums(ps * h)
             const = float(self.Z2[K])
         elif code == 1:
@@ -508,7 +528,8 @@ def solve_support(ys, ps, epsilon, loss="squared", coarse=512):
     def ratio_of(starts, values=None):
         if values is None:
             values = np.empty(starts.shape[0])
-        return partition_cost(starts, *args, ys, values) / (lam + starts.shape[0])
+        total = call_exact(partition_cost, starts.shape[0], _MAX_COSTS, starts, *args, ys, values)
+        return total / (lam + starts.shape[0])
 
     # Start from the better of one bin and one bin per label.
     candidates = [np.zeros(1, dtype=np.int64), np.arange(K, dtype=np.int64)]
@@ -522,7 +543,9 @@ def solve_support(ys, ps, epsilon, loss="squared", coarse=512):
         prev = np.zeros(pos.shape[0], dtype=np.int64)
         for _ in range(_MAX_ITER):
             state[2] += 1
-            penalized_partition(state[1], *args, prune, pos, prev)
+            g = pos.shape[0] - 1
+            call_exact(penalized_partition, g * (g + 1) // 2, _MAX_COSTS,
+                       state[1], *args, prune, pos, prev)
             new_starts = pos[_starts_from_prev(prev)]
             new_t = ratio_of(new_starts)
             if math.isnan(new_t):

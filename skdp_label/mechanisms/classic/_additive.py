@@ -23,7 +23,7 @@ from numbers import Integral, Real
 
 import numpy as np
 from numpy.typing import ArrayLike
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 
 from ..._accountant import BudgetAccountant
 from ..._kernels._sampling import (
@@ -40,7 +40,7 @@ from ..._kernels._sampling import (
 from ...utils._random import power_of_two_grid
 from .._base import OUT_OF_BOUNDS_CONSTRAINT, OUT_OF_BOUNDS_DOC, BaseLabelMechanism
 from .._registry import register_mechanism
-from .._validation import check_bounds, check_integer_labels
+from .._validation import NumberInterval, check_bounds, check_integer_labels
 from ._noise import (
     gaussian_cell_table,
     gaussian_sigma,
@@ -395,7 +395,7 @@ class Staircase(BaseStaircaseFamily):
     _parameter_constraints = {
         **BaseStaircaseFamily._parameter_constraints,
         "loss": [StrOptions({"squared", "absolute"})],
-        "gamma": [Interval(Real, 0, 1, closed="neither"), None],
+        "gamma": [NumberInterval(Real, 0, 1, closed="neither"), None],
     }
 
     def __init__(
@@ -456,7 +456,7 @@ class DiscreteStaircase(BaseStaircaseFamily):
     _parameter_constraints = {
         **BaseStaircaseFamily._parameter_constraints,
         "loss": [StrOptions({"squared", "absolute"})],
-        "r": [Interval(Integral, 1, None, closed="left"), None],
+        "r": [NumberInterval(Integral, 1, None, closed="left"), None],
     }
 
     def __init__(
@@ -521,7 +521,7 @@ class Gaussian(BaseAdditiveMechanism):
     )
     _parameter_constraints = {
         **BaseAdditiveMechanism._parameter_constraints,
-        "delta": [Interval(Real, 0, 1, closed="neither")],
+        "delta": [NumberInterval(Real, 0, 1, closed="neither")],
     }
 
     def __init__(

@@ -7,7 +7,7 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy import optimize
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 from numbers import Real
 
 from ..._accountant import BudgetAccountant
@@ -15,6 +15,7 @@ from .._base import OUT_OF_BOUNDS_CONSTRAINT, BaseDiscreteMechanism
 from .._grid_rule import auto_grid
 from .._prior import declared_range, nearest_domain_index, resolve_domain
 from .._registry import register_mechanism
+from .._validation import NumberInterval
 
 __all__ = ["ExponentialMechanism", "exponential_matrix", "max_log_ratio"]
 
@@ -99,7 +100,7 @@ class ExponentialMechanism(BaseDiscreteMechanism):
         **BaseDiscreteMechanism._parameter_constraints,
         "bounds": [tuple, list, None],
         "domain": ["array-like", None],
-        "resolution": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither"), None],
+        "resolution": [StrOptions({"auto"}), NumberInterval(Real, 0, None, closed="neither"), None],
         "out_of_bounds": OUT_OF_BOUNDS_CONSTRAINT,
         "calibration": [StrOptions({"exact", "standard"})],
     }

@@ -7,14 +7,13 @@ from numbers import Integral
 
 import numpy as np
 from numpy.typing import ArrayLike
-from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
 from ..._accountant import BudgetAccountant
 from ..._kernels._top_k import rr_top_k_indices
 from .._base import BaseDiscreteMechanism
 from .._registry import register_mechanism
-from .._validation import check_class_labels, check_classes, encode_classes
+from .._validation import NumberInterval, check_class_labels, check_classes, encode_classes
 from ._solver import optimal_k, rr_top_k_matrix, top_k_order
 
 __all__ = ["RRTopK", "RRWithPrior"]
@@ -197,7 +196,7 @@ class RRTopK(_BaseTopKMechanism):
 
     _parameter_constraints = {
         **_BaseTopKMechanism._parameter_constraints,
-        "k": [Interval(Integral, 1, None, closed="left"), None],
+        "k": [NumberInterval(Integral, 1, None, closed="left"), None],
     }
 
     def __init__(

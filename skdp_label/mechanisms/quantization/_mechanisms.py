@@ -8,7 +8,7 @@ from numbers import Integral, Real
 
 import numpy as np
 from numpy.typing import ArrayLike
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 
 from ..._accountant import BudgetAccountant
 from ..._kernels._philox import uniforms
@@ -16,7 +16,7 @@ from ..._kernels._sampling import categorical_tables, piece_rows, sample_rows
 from ...utils._progress import VERBOSE_CONSTRAINT, VERBOSE_DOC, Progress, format_epsilon
 from .._base import OUT_OF_BOUNDS_CONSTRAINT, BaseDiscreteMechanism
 from .._registry import register_mechanism
-from .._validation import NUMPY_BELOW, check_bounds, check_labels_in_bounds
+from .._validation import NUMPY_BELOW, NumberInterval, check_bounds, check_labels_in_bounds
 from ._core import (
     OBJECTIVES,
     distribution_at,
@@ -432,8 +432,8 @@ class _FamilyBase(_BinsMixin, _QuantizationBase):
 
     _parameter_constraints = {
         **_QuantizationBase._parameter_constraints,
-        "bins": [Interval(Integral, 2, None, closed="left"), "array-like"],
-        "margin": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
+        "bins": [NumberInterval(Integral, 2, None, closed="left"), "array-like"],
+        "margin": [StrOptions({"auto"}), NumberInterval(Real, 0, None, closed="neither")],
     }
 
     def _resolved_bins(self, lo, hi):
@@ -540,7 +540,7 @@ class RQM(_FamilyBase):
 
     _parameter_constraints = {
         **_FamilyBase._parameter_constraints,
-        "q": [StrOptions({"auto"}), Interval(Real, 0, 1, closed="left")],
+        "q": [StrOptions({"auto"}), NumberInterval(Real, 0, 1, closed="left")],
     }
 
     def __init__(
@@ -623,7 +623,7 @@ class ERM(_FamilyBase):
 
     _parameter_constraints = {
         **_FamilyBase._parameter_constraints,
-        "gamma": [StrOptions({"auto"}), Interval(Real, 0, None, closed="left")],
+        "gamma": [StrOptions({"auto"}), NumberInterval(Real, 0, None, closed="left")],
     }
 
     def __init__(
@@ -741,7 +741,7 @@ class OPTM(_BinsMixin, _QuantizationBase):
         **_QuantizationBase._parameter_constraints,
         # Placing more than 16 bins would take ~100 LPs of up to 43,000
         # variables: give the positions for m up to 64.
-        "bins": [Interval(Integral, 2, 16, closed="both"), "array-like"],
+        "bins": [NumberInterval(Integral, 2, 16, closed="both"), "array-like"],
         "verbose": VERBOSE_CONSTRAINT,
     }
 
@@ -841,8 +841,8 @@ class MVU(_QuantizationBase):
 
     _parameter_constraints = {
         **_QuantizationBase._parameter_constraints,
-        "outputs": [Interval(Integral, 2, 64, closed="both"), "array-like"],
-        "grid_size": [Interval(Integral, 2, 1024, closed="both")],
+        "outputs": [NumberInterval(Integral, 2, 64, closed="both"), "array-like"],
+        "grid_size": [NumberInterval(Integral, 2, 1024, closed="both")],
     }
 
     def __init__(

@@ -50,7 +50,7 @@ import numba
 import numpy as np
 
 from ..._kernels._philox import begin_row
-from ..._kernels._sampling import bernoulli_exact, uniform_index
+from ..._kernels._sampling import _DIGIT, _DIGIT_INT, _digit, _residue, bernoulli_exact
 from ..._kernels._twin import kernel_for
 
 __all__ = [
@@ -340,17 +340,43 @@ def auto_window(nodes, values, probs, epsilon, granularity, loss="squared", n_co
 # -- sampling ------------------------------------------------------------------------
 @numba.njit(cache=True, nogil=True)
 def _sample_grid(y, granularity, u1, u2, w, rest_total, rng, out):
+    # The draws of bernoulli_exact(rest_total) and uniform_index(m) of the two
+    # parts, written out with their constants computed once (same digits, same
+    # outputs): the calls, and uniform_index's two int64 divisions a label,
+    # were most of the time per label. Written in the loop, not as inlined
+    # helpers taking rng (reference counting per label).
+    x = rest_total * _DIGIT
+    rest_qd = np.floor(x)
+    rest_frac = x - rest_qd  # bernoulli_exact's first digit vs rest_qd, then the fraction
+    n_rest, n_window = float(u2 - u1), float(2 * w + 1)
+    # Digits below these give an exactly uniform residue (uniform_index).
+    rest_limit = float(_DIGIT_INT - _DIGIT_INT % max(np.int64(n_rest), 1))
+    window_limit = float(_DIGIT_INT - _DIGIT_INT % max(np.int64(n_window), 1))
     for i in range(y.shape[0]):
         begin_row(rng, i)
         # Row: clip to the interval (eq. 3.6), round to the grid.
         u = np.int64(min(max(np.rint(y[i] / granularity), float(u1)), float(u2)))
-        if bernoulli_exact(rest_total, rng):
+        if rest_total >= 1.0:
+            rest = True
+        elif rest_total > 0.0:
+            d = _digit(rng)
+            rest = d < rest_qd if d != rest_qd else bernoulli_exact(rest_frac, rng)
+        else:
+            rest = False
+        # A uniform index over the chosen part (rest or window).
+        m, limit = (n_rest, rest_limit) if rest else (n_window, window_limit)
+        r = np.int64(0)
+        if m > 1.0:
+            e = _digit(rng)
+            while e >= limit:
+                e = _digit(rng)
+            r = _residue(e, m)
+        if rest:
             # rest outputs u1 - w .. u - w - 1, then u + w + 1 .. u2 + w
-            r = np.int64(uniform_index(float(u2 - u1), rng))
             below = u - u1
             unit = u1 - w + r if r < below else u + w + 1 + (r - below)
         else:
-            unit = u - w + np.int64(uniform_index(float(2 * w + 1), rng))
+            unit = u - w + r
         out[i] = float(unit) * granularity
 
 

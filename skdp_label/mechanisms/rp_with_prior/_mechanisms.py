@@ -7,13 +7,13 @@ from numbers import Integral, Real
 
 import numpy as np
 from numpy.typing import ArrayLike
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 
 from ..._accountant import BudgetAccountant
 from ...utils._repr import public_repr
 from .._prior import BasePriorMechanism
 from .._registry import register_mechanism
-from .._validation import check_bounds
+from .._validation import NumberInterval, check_bounds
 from ..bins._solver import expected_loss
 from ..classification._solver import optimal_k, rr_top_k_matrix, top_k_order
 from ._interval import (
@@ -160,10 +160,10 @@ class RPWithPrior(BasePriorMechanism):
 
     _parameter_constraints = {
         **BasePriorMechanism._parameter_constraints,
-        "zeta": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
+        "zeta": [StrOptions({"auto"}), NumberInterval(Real, 0, None, closed="neither")],
         "loss": [StrOptions({"squared", "absolute"})],
-        "n_bins": [Interval(Integral, 2, None, closed="left"), None],
-        "granularity": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither")],
+        "n_bins": [NumberInterval(Integral, 2, None, closed="left"), None],
+        "granularity": [StrOptions({"auto"}), NumberInterval(Real, 0, None, closed="neither")],
     }
 
     def __init__(
