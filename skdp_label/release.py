@@ -71,6 +71,7 @@ from .mechanisms._prior import (
 )
 from .mechanisms._registry import get_mechanism_class
 from .mechanisms._validation import check_bounds, check_classes
+from .utils._random import reproducible_fits
 
 __all__ = [
     "ReleaseKey",
@@ -501,7 +502,8 @@ class KeyedRelease:
         if split is not None:
             trial.set_params(prior=(values, np.full(values.size, 1.0 / values.size)),
                              epsilon=split["labels"], **no_mean)
-        trial.fit(placeholder)
+        with reproducible_fits():  # a refit of this release must sample from the same distribution
+            trial.fit(placeholder)
         delta = trial._total_cost()[1]
         if self.accountant is not None:
             recorded = self.accountant.spend(
@@ -534,7 +536,8 @@ class KeyedRelease:
             mech.set_params(prior=(values, noisy), epsilon=split["labels"], **no_mean)
             self._counts = None  # exact counts and sum are not kept past this point
             self._label_sum = 0
-            mech.fit(placeholder)
+            with reproducible_fits():
+                mech.fit(placeholder)
         # The noisy mean is the release's (the mechanism's own budget is the labels').
         self.mean_epsilon_ = split.get("mean", 0.0) if split is not None else 0.0
         self.noisy_mean_, self.noisy_mean_variance_ = noisy_mean or (None, None)
@@ -626,7 +629,8 @@ def mechanism_from_manifest(manifest: dict[str, Any]) -> BaseLabelMechanism:
         if k == "prior" and isinstance(v, list):
             params[k] = (np.asarray(v[0], dtype=float), np.asarray(v[1], dtype=float))
     mech = cls(**params)
-    mech.fit(_placeholder(mech))
+    with reproducible_fits():  # the distribution the labels party sampled from
+        mech.fit(_placeholder(mech))
     return mech
 
 

@@ -11,6 +11,7 @@ LP of paper 001 and against the uncut solve's mechanism).
 import math
 import pathlib
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -162,3 +163,89 @@ def test_unbiasedness_check_floor_is_float64_rounding_only():
     biased = outputs + 1e-6 * (y[-1] - y[0])
     with pytest.raises(RuntimeError, match="not unbiased"):
         check_exact_mechanism(y, biased, matrix, 0.3)
+
+
+# -- time budgets only where nothing replays the noise -----------------------------
+
+class _JumpingClock:
+    """A ``time`` module whose clock jumps an hour at every read: every
+    wall-clock budget is spent at once."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        self.now += 3600.0
+        return self.now
+
+
+def _fallback_lps(monkeypatch):
+    """Count the HiGHS calls made once the LP fallback is entered."""
+    entered, lps = [], []
+    fallback, linprog = _solver._fallback_rays, _solver.linprog
+
+    def recorded_fallback(*args, **kwargs):
+        entered.append(kwargs.get("deadline"))
+        return fallback(*args, **kwargs)
+
+    def recorded_linprog(*args, **kwargs):
+        if entered:
+            lps.append(kwargs.get("options"))
+        return linprog(*args, **kwargs)
+
+    monkeypatch.setattr(_solver, "_fallback_rays", recorded_fallback)
+    monkeypatch.setattr(_solver, "linprog", recorded_linprog)
+    return entered, lps
+
+
+def test_untimed_solve_does_not_depend_on_the_clock(monkeypatch):
+    # Sweep case 17 reaches the LP fallback. With time budgets and a clock
+    # that jumps, the fallback runs no LP (cut at once); without them, the
+    # solve is the same as on a normal clock.
+    _, y, p, eps = sweep_case(17, (20, 300))
+    reference = optimal_unbiased_continuous(y, p, eps, time_budgets=False)
+    monkeypatch.setattr(_solver, "time", _JumpingClock())
+    entered, lps = _fallback_lps(monkeypatch)
+    untimed = optimal_unbiased_continuous(y, p, eps, time_budgets=False)
+    assert entered == [None] and lps  # no deadline, and the LPs ran
+    for a, b in zip(reference, untimed):
+        np.testing.assert_array_equal(a, b)
+    entered.clear(), lps.clear()
+    outputs, matrix, _ = optimal_unbiased_continuous(y, p, eps)  # timed
+    assert entered and entered[0] is not None and not lps  # cut: the clock decided
+    check_exact_mechanism(y, outputs, matrix, eps)  # ... and it is still exact
+
+
+@pytest.mark.parametrize("how", ["seeded", "reproducible_fits", "keyed", "unseeded"])
+def test_fits_whose_noise_is_replayed_have_no_time_budget(how, monkeypatch):
+    # A seeded mechanism and a keyed release replay their noise from a seed or
+    # key: a refit that sampled from another distribution (a budget cut by the
+    # load) would share noise between two different releases. Their fits are
+    # solved without time budgets; a fit with fresh entropy keeps them.
+    from skdp_label.mechanisms import OptimalUnbiased
+    from skdp_label.mechanisms.unbiased import _mechanisms
+    from skdp_label.release import KeyedRelease, ReleaseKey
+    from skdp_label.utils._random import reproducible_fits
+
+    seen = []
+    solve = _mechanisms.optimal_unbiased_continuous
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("time_budgets", True))
+        return solve(*args, **kwargs)
+
+    monkeypatch.setattr(_mechanisms, "optimal_unbiased_continuous", spy)
+    values = np.array([0.0, 1.0, 2.5, 4.0])
+    prior = (values, np.array([0.4, 0.3, 0.2, 0.1]))
+    y = np.array([0.0, 1.0, 2.5, 4.0, 1.0])
+    mech = OptimalUnbiased(epsilon=1.0, prior=prior, random_state=0 if how == "seeded" else None)
+    if how == "keyed":
+        KeyedRelease(mech, ReleaseKey(b"\x05" * 32), "r").fit(y.size)
+    elif how == "reproducible_fits":
+        with reproducible_fits():
+            mech.fit(y)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the seeded fit's PrivacyLeakWarning
+            mech.fit(y)
+    assert seen and all(budget == (how == "unseeded") for budget in seen)

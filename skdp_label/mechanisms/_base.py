@@ -40,6 +40,7 @@ from ..utils._random import (
     check_random_state,
     public_fingerprint,
     random_state_constraint,
+    reproducible_fits,
     release_generator,
 )
 from ..utils._repr import PrivacyReprMixin, format_number
@@ -334,7 +335,10 @@ class BaseLabelMechanism(
             self.accountant.check(eps * n_columns, delta * n_columns)
         self._fit_signature = None
         self.__dict__.pop("charges_", None)  # charges_ lists this fit's charges, then its releases
-        self._fit_mechanism(y2d)
+        # A seeded mechanism's noise is replayed from its seed: its fit must
+        # give the same distribution on any machine (no time budget decides).
+        with reproducible_fits(self.random_state is not None):
+            self._fit_mechanism(y2d)
         self._fit_signature = self._public_signature()
         return self
 

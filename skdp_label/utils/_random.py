@@ -19,6 +19,8 @@ This module also holds the power-of-two grid of continuous noise.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import math
 import warnings
@@ -29,6 +31,8 @@ import joblib
 import numpy as np
 
 __all__ = [
+    "reproducible_fits",
+    "fits_must_reproduce",
     "PrivacyLeakWarning",
     "check_random_state",
     "release_generator",
@@ -256,3 +260,34 @@ def power_of_two_grid(noise_scale: float, label_magnitude: float) -> float:
             "is within about 1e-290 .. 1e300."
         )
     return math.ldexp(1.0, exponent)
+
+
+# Whether the fits made now must be deterministic functions of their public
+# inputs (see reproducible_fits).
+_REPRODUCIBLE_FITS = contextvars.ContextVar("skdp_label_reproducible_fits", default=False)
+
+
+@contextlib.contextmanager
+def reproducible_fits(when: bool = True):
+    """Within this context (when ``when``), a mechanism's fit must compute
+    the same distribution from the same public inputs on any machine and
+    under any load: no wall-clock limit may change what is sampled.
+
+    Entered by the fit of a seeded mechanism (``random_state`` an int) and
+    by keyed releases (:mod:`skdp_label.release`): their noise is replayed
+    from a seed or key, so two fits of one release that sampled from two
+    distributions would share noise between two different releases (and a
+    keyed release is charged once per id). A fit with fresh OS entropy may
+    let a solver stop a slow stage on a time budget instead.
+    """
+    token = _REPRODUCIBLE_FITS.set(True) if when else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            _REPRODUCIBLE_FITS.reset(token)
+
+
+def fits_must_reproduce() -> bool:
+    """Whether the current fit is inside :func:`reproducible_fits`."""
+    return _REPRODUCIBLE_FITS.get()

@@ -14,6 +14,7 @@ from ..._accountant import BudgetAccountant
 from ..._kernels._philox import uniforms
 from ..._kernels._sampling import rounding_grid, rr_constants, rr_flip_probability, sample_rows
 from ...utils._progress import VERBOSE_CONSTRAINT, VERBOSE_DOC, Progress, format_epsilon
+from ...utils._random import fits_must_reproduce
 from .._base import OUT_OF_BOUNDS_CONSTRAINT, OUT_OF_BOUNDS_DOC, BaseDiscreteMechanism
 from .._grid_rule import auto_grid, auto_grid_points
 from .._prior import BasePriorMechanism, resolve_domain, small_share_rule
@@ -286,7 +287,9 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
             if self.outputs == "continuous":
                 facts["with"] = "the continuous solver"
                 try:
-                    outputs, matrix, lower = optimal_unbiased_continuous(values, probs, epsilon)
+                    outputs, matrix, lower = optimal_unbiased_continuous(
+                        values, probs, epsilon, time_budgets=not fits_must_reproduce()
+                    )
                     check_exact_mechanism(values, outputs, matrix, epsilon)
                 except RuntimeError as exc:
                     # Not expected: the solver repairs its output exactly and

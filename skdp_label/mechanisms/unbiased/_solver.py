@@ -65,7 +65,10 @@ Structure used here
   The LP fallback and the merge ladder run within wall-clock budgets of
   one and two times the direct solve's time (at least 1 s each): cut
   short, they return the best candidate found before, made exact like any
-  other, and the bound certified so far (valid, less tight).
+  other, and the bound certified so far (valid, less tight). Fits whose
+  noise is replayed from a seed or a key (``time_budgets=False``:
+  :func:`skdp_label.utils._random.reproducible_fits`) run them to their
+  end, so that a refit samples from the same distribution.
 * Certificate: for *any* duals ``(u, w)`` and any epsilon-DP unbiased
   mechanism (any staircase pattern, not only intervals; any output value)
   the loss is at least ``sum u + sum w y + min(0, min_{S, z} rc(S, z))``
@@ -1388,14 +1391,15 @@ def _drop_nonpositive(polish, cover, t, u, w):
     return None
 
 
-def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True, deadline=None):
+def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True, deadline=None, timed=True):
     """Core of :func:`optimal_unbiased_continuous` on labels in ``[-1, 1]``:
     ``(best, bound)`` with ``best = (relative gap, t, z, cover)``.
 
     The stages after the direct solve (the LP fallback, the merge ladder)
     get time budgets in proportion to the direct solve's time (see
     :data:`_FALLBACK_BUDGET`); ``deadline`` (a :func:`time.perf_counter`
-    time, from an enclosing merge ladder) caps them further."""
+    time, from an enclosing merge ladder) caps them further. ``timed=False``:
+    no budget (the result is then a function of the inputs only)."""
     started = time.perf_counter()
     tol_start = tol
     # Rounding floor of the certificate: reduced costs are sums of terms
@@ -1476,13 +1480,13 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True, deadline=None):
         # (which makes it feasible), at a fraction of the solver's time. The
         # bound reported stays a valid one, only not a tight one.
         best, bound = _fallback_rays(yn, p, e, state, best, bound, slack, gap_tol,
-                                     deadline=_stage_deadline(direct, "lp", deadline))
+                                     deadline=_stage_deadline(direct, "lp", deadline, timed))
     if read_off is not None and (
         best is None or _ray_loss(yn, p, e, best[3], best[1], best[2]) > read_off[0]
     ):
         best = ((read_off[0] - bound - slack) / read_off[0],) + read_off[1:]
     if merge and best[0] > 1e-6:
-        ladder_deadline = _stage_deadline(direct, "merge", deadline)
+        ladder_deadline = _stage_deadline(direct, "merge", deadline, timed)
         loss_now = _ray_loss(yn, p, e, best[3], best[1], best[2])
         tried = {1, yn.size}
         clusters_helped = False
@@ -1500,14 +1504,14 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True, deadline=None):
             # stalls like it) and is tried only when no level merging
             # clusters helped: it is for a few near-tied pairs (case 2).
             if ((loss_now - bound) <= 1e-2 * loss_now or (helped and not improving)
-                    or time.perf_counter() >= ladder_deadline):
+                    or ladder_deadline is not None and time.perf_counter() >= ladder_deadline):
                 break
             n_groups = int(np.sum(np.diff(yn) > merge_tol)) + 1
             if n_groups in tried or (clusters_helped and fine(n_groups)):
                 continue
             tried.add(n_groups)
             merged = _merged_labels_solution(yn, p, e, merge_tol, tol=tol_start, gap_tol=gap_tol,
-                                             deadline=ladder_deadline)
+                                             deadline=ladder_deadline, timed=timed)
             if merged is None:
                 continue
             m_t, m_z, m_cover, m_bound = merged
@@ -1551,8 +1555,11 @@ _FALLBACK_BUDGET = {"lp": 1.0, "merge": 2.0}
 _MIN_BUDGET = 1.0
 
 
-def _stage_deadline(direct, stage, outer=None):
-    """Deadline of a stage starting now, after a direct solve of ``direct`` s."""
+def _stage_deadline(direct, stage, outer=None, timed=True):
+    """Deadline of a stage starting now, after a direct solve of ``direct`` s
+    (None: no deadline, when not ``timed``)."""
+    if not timed:
+        return None
     own = time.perf_counter() + max(_MIN_BUDGET, _FALLBACK_BUDGET[stage] * direct)
     return own if outer is None else min(own, outer)
 
@@ -1571,7 +1578,7 @@ _NEAR_FEASIBLE = 1e-7
 _MERGE_TOLS = (1e-4, 1e-5, 1e-6, 1e-7, 1e-8)
 
 
-def _merged_labels_solution(yn, p, e, merge_tol, *, tol, gap_tol, deadline=None):
+def _merged_labels_solution(yn, p, e, merge_tol, *, tol, gap_tol, deadline=None, timed=True):
     """Solution with labels a hair apart merged, lifted back exactly.
 
     Near-tied labels (relative 1e-10 apart in clustered priors) make the
@@ -1596,7 +1603,7 @@ def _merged_labels_solution(yn, p, e, merge_tol, *, tol, gap_tol, deadline=None)
     ym = np.where(mass > 0, np.add.reduceat(p * yn, starts) / np.where(mass > 0, mass, 1.0),
                   np.add.reduceat(yn, starts) / size)
     (_, t, z, cover), _ = _solve_normalized(ym, mass, e, tol=tol, gap_tol=gap_tol, merge=False,
-                                            deadline=deadline)
+                                            deadline=deadline, timed=timed)
     bound = -np.inf
     out = _fixed_output_lp(ym, mass, e, cover, z, duals=True, deadline=deadline)
     if out is not None:
@@ -1610,7 +1617,8 @@ def _merged_labels_solution(yn, p, e, merge_tol, *, tol, gap_tol, deadline=None)
     return t, z, cover, bound
 
 
-def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-9):
+def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-9,
+                                time_budgets=True):
     """Minimum-variance unbiased epsilon-DP randomizer, continuous outputs.
 
     Parameters
@@ -1630,10 +1638,15 @@ def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-
         most). A gap up to 1e-6 is accepted (degenerate problems with
         ties); beyond that the LP fallback of the module docstring gives
         an exact mechanism, never worse than debiased randomized response,
-        and ``lower_bound`` stays valid but is not tight. Those fallbacks
-        run within time budgets proportional to the direct solve's time,
-        so on a loaded machine a prior that needs them may get another
-        (equally exact) mechanism with a looser bound.
+        and ``lower_bound`` stays valid but is not tight.
+    time_budgets : bool, default=True
+        Run those fallbacks within wall-clock budgets proportional to the
+        direct solve's time: then on a loaded machine a prior that needs
+        them may get another (equally exact) mechanism with a looser bound.
+        False: no budget, the result is a function of the inputs only
+        (what seeded and keyed releases need:
+        :func:`skdp_label.utils._random.reproducible_fits`), and a few
+        irregular priors take minutes.
 
     Returns
     -------
@@ -1654,7 +1667,7 @@ def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-
     center = 0.5 * (y[0] + y[-1])
     half = 0.5 * (y[-1] - y[0])
     yn = (y - center) / half
-    best, bound = _solve_normalized(yn, p, e, tol=tol, gap_tol=gap_tol)
+    best, bound = _solve_normalized(yn, p, e, tol=tol, gap_tol=gap_tol, timed=time_budgets)
     _, t, z, cover = best
     lower = bound
     # Exact rebuild: columns are the staircase rays t_j a_j; a minimum-norm
