@@ -6,12 +6,12 @@ import warnings
 from numbers import Real
 
 from numpy.typing import ArrayLike
-from sklearn.utils._param_validation import Interval
 from threadpoolctl import threadpool_limits
 
 from ..._accountant import BudgetAccountant
 from .._prior import BasePriorMechanism
 from .._registry import register_mechanism
+from .._validation import NumberInterval
 from ..classic._randomized_response import randomized_response_matrix
 from ._bias_variance import bias_and_variance, bias_variance_continuous
 from ._mechanisms import _GRID_DOC, OptimalUnbiased, _UnbiasedRoundingMixin
@@ -134,7 +134,7 @@ class BiasVarianceRandomizer(_UnbiasedRoundingMixin, BasePriorMechanism):
 
     _parameter_constraints = {
         **BasePriorMechanism._parameter_constraints,
-        "bias_weight": [Interval(Real, 1, None, closed="left")],
+        "bias_weight": [NumberInterval(Real, 1, None, closed="left")],
         "resolution": OptimalUnbiased._parameter_constraints["resolution"],
         "grid_size": OptimalUnbiased._parameter_constraints["grid_size"],
     }

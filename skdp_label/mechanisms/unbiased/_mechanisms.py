@@ -7,7 +7,7 @@ from numbers import Integral, Real
 
 import numpy as np
 from numpy.typing import ArrayLike
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import StrOptions
 from threadpoolctl import threadpool_limits
 
 from ..._accountant import BudgetAccountant
@@ -19,7 +19,7 @@ from .._base import OUT_OF_BOUNDS_CONSTRAINT, OUT_OF_BOUNDS_DOC, BaseDiscreteMec
 from .._grid_rule import auto_grid, auto_grid_points
 from .._prior import BasePriorMechanism, resolve_domain, small_share_rule
 from .._registry import register_mechanism
-from .._validation import check_bounds
+from .._validation import NumberInterval, check_bounds
 from ..classic._randomized_response import randomized_response_matrix
 from ._grid import optimal_unbiased_grid, randomized_rounding_indices
 from ._solver import (
@@ -219,9 +219,9 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
 
     _parameter_constraints = {
         **BasePriorMechanism._parameter_constraints,
-        "resolution": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither"), None],
-        "grid_size": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"}), None],
-        "outputs": [StrOptions({"continuous"}), Interval(Integral, 2, None, closed="left")],
+        "resolution": [StrOptions({"auto"}), NumberInterval(Real, 0, None, closed="neither"), None],
+        "grid_size": [NumberInterval(Integral, 2, None, closed="left"), StrOptions({"auto"}), None],
+        "outputs": [StrOptions({"continuous"}), NumberInterval(Integral, 2, None, closed="left")],
         "verbose": VERBOSE_CONSTRAINT,
     }
     _grid_family = "unbiased"
@@ -369,8 +369,8 @@ class DebiasedRR(_UnbiasedRoundingMixin, BaseDiscreteMechanism):
         **BaseDiscreteMechanism._parameter_constraints,
         "domain": ["array-like", None],
         "bounds": [tuple, list, None],
-        "resolution": [StrOptions({"auto"}), Interval(Real, 0, None, closed="neither"), None],
-        "grid_size": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"}), None],
+        "resolution": [StrOptions({"auto"}), NumberInterval(Real, 0, None, closed="neither"), None],
+        "grid_size": [NumberInterval(Integral, 2, None, closed="left"), StrOptions({"auto"}), None],
         "out_of_bounds": OUT_OF_BOUNDS_CONSTRAINT,
     }
     _grid_family = "debiased-rr"
