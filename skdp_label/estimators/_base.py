@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import warnings
 from numbers import Integral
 
 import numpy as np
@@ -50,6 +49,7 @@ from ..utils._random import (
 from ..utils._progress import VERBOSE_CONSTRAINT, Progress
 from ..utils._repr import PrivacyReprMixin, public_repr
 from ._scorers import noisy_label_scorer
+from ..utils._warnings import warn_caller
 
 __all__ = ["BaseLabelDPEstimator", "unfitted_on_failure"]
 
@@ -310,14 +310,13 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
             if self._task == "regression"
             else "skdp_label.estimators.debiased_accuracy_scorer"
         )
-        warnings.warn(
+        warn_caller(
             f"{type(self).__name__}.score compares predictions with the labels it is given. If "
             "these are the private labels (e.g. GridSearchCV or cross_val_score with the default "
             "scoring), model selection reads true labels and is not covered by the label-DP "
             f"guarantee. Score on noisy labels instead, e.g. scoring={noisy.split('.')[-1]}(...) "
             f"from {noisy.rsplit('.', 1)[0]}.",
             PrivacyLeakWarning,
-            stacklevel=3,
         )
 
     # -- metadata routing ---------------------------------------------------------
@@ -428,11 +427,10 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
                 encoded = self._task == "classification"  # the base estimator sees class codes
                 scorer = noisy_label_scorer(mechanism, self._task, encoded=encoded)
             except ValueError as exc:
-                warnings.warn(
+                warn_caller(
                     f"{type(self).__name__}: param_grid ignored, the base estimator keeps its "
                     f"parameters, because {exc}",
                     UserWarning,
-                    stacklevel=3,
                 )
             else:
                 search = GridSearchCV(
@@ -442,11 +440,10 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
                 try:
                     search.fit(X, y_noisy, **routed_fit_params)
                 except Exception as exc:  # noqa: BLE001 - the budget is spent: keep the release
-                    warnings.warn(
+                    warn_caller(
                         f"{type(self).__name__}: the search over param_grid failed "
                         f"({type(exc).__name__}); the base estimator keeps its parameters.",
                         UserWarning,
-                        stacklevel=3,
                     )
                 else:
                     # Functions of the noisy labels and the public features only.

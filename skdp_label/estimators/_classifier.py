@@ -44,6 +44,7 @@ from ._noise_aware import (
 )
 from ..utils._progress import format_epsilon
 from ..utils._repr import public_repr
+from ..utils._warnings import warn_caller
 
 __all__ = ["LabelDPClassifier"]
 
@@ -739,11 +740,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
                 self.majority_guard_ = self._guard(
                     X, noisy_codes, masks, eps_labels, routed, mechanisms[0], parts[0], cv)
             except Exception as exc:  # noqa: BLE001 - the budget is spent: keep the release
-                warnings.warn(
+                warn_caller(
                     f"{type(self).__name__}: the majority guard failed ({type(exc).__name__}); "
                     "the model predicts.",
                     UserWarning,
-                    stacklevel=3,
                 )
                 self.majority_guard_ = {"model_accuracy": None, "constant_accuracy": None,
                                         "difference_se": None, "n_folds": GUARD_FOLDS,

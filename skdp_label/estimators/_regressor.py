@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from numbers import Real
 from typing import Any, Self
 
@@ -36,6 +35,7 @@ from ._calibration import (
     shrunk_mean,
 )
 from ._effective_size import effective_sample_size
+from ..utils._warnings import warn_caller
 
 __all__ = ["LabelDPRegressor"]
 
@@ -368,12 +368,11 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         try:
             calibration = self._calibration(shrinkage, X, y_noisy, routed, mechanism, progress)
         except Exception as exc:  # noqa: BLE001 - the budget is spent: keep the release
-            warnings.warn(
+            warn_caller(
                 f"{type(self).__name__}: the guard toward the constant "
                 f"(shrinkage={shrinkage!r}) failed ({type(exc).__name__}); predictions are not "
                 "shrunk.",
                 UserWarning,
-                stacklevel=4,
             )
             return
         self.shrinkage_intercept_ = float(calibration.intercept)
@@ -460,7 +459,7 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
         best = min(risks, key=lambda k: risks[k]["risk"])
         var = prior_variance(values, prior)
         if var > 0 and risks[name]["risk"] > self._far_from_best * risks[best]["risk"]:
-            warnings.warn(
+            warn_caller(
                 f"{type(self).__name__}: at epsilon={float(self.epsilon):g} with "
                 f"{n_samples} labels, {name!r} adds noise of variance "
                 f"{risks[name]['variance'] / var:.3g} times the prior's variance and bias^2 "
@@ -470,7 +469,6 @@ class LabelDPRegressor(RegressorMixin, BaseLabelDPEstimator):
                 f"times the prior's variance, against {risks[best]['risk'] / var:.3g} with "
                 f"{best!r}. mechanism='auto' chooses by this rule (docs/auto.md).",
                 UserWarning,
-                stacklevel=4,  # the caller of fit (through scikit-learn's fit wrapper)
             )
         return risks
 

@@ -23,12 +23,12 @@ import contextlib
 import contextvars
 import hashlib
 import math
-import warnings
 from numbers import Integral
 from typing import Any
 
 import joblib
 import numpy as np
+from ._warnings import warn_caller
 
 __all__ = [
     "reproducible_fits",
@@ -111,13 +111,12 @@ def public_fingerprint(*parts: Any) -> tuple[int, ...]:
 
 
 def _warn_fixed_seed(owner):
-    warnings.warn(
+    warn_caller(
         f"{owner} randomizes private labels with a fixed integer random_state: anyone who "
         "knows the seed (it is stored in the estimator's parameters) can reproduce the noise "
         "and recover the labels. Use random_state=None for real releases; fixed seeds are for "
         "tests and reproducible experiments.",
         PrivacyLeakWarning,
-        stacklevel=4,
     )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 from numbers import Integral, Real
 
@@ -20,6 +19,7 @@ from ..bins import RROnBins
 from ..unbiased import BiasVarianceRandomizer, OptimalUnbiased
 from ..unbiased._mechanisms import auto_grid_size
 from ._risk import predicted_risk
+from ...utils._warnings import warn_caller
 
 __all__ = ["AutoRegression", "AUTO_CANDIDATES", "DEFAULT_AUTO_CANDIDATES", "register_auto_candidate",
            "compare_candidates", "mean_share_rule",
@@ -114,8 +114,7 @@ def compare_candidates(
             # A solver failure, or a candidate refusing this epsilon (the unbiased
             # randomizer below 1e-6), leaves the other candidates.
             except (RuntimeError, ValueError) as exc:
-                warnings.warn(f"auto: candidate {name!r} failed ({exc}); skipped.", RuntimeWarning,
-                              stacklevel=2)
+                warn_caller(f"auto: candidate {name!r} failed ({exc}); skipped.", RuntimeWarning)
                 continue
         mech = mechanisms[name]
         bias2, var, risk = predicted_risk(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from numbers import Real
 
 from numpy.typing import ArrayLike
@@ -16,6 +15,7 @@ from ..classic._randomized_response import randomized_response_matrix
 from ._bias_variance import bias_and_variance, bias_variance_continuous
 from ._mechanisms import _GRID_DOC, OptimalUnbiased, _UnbiasedRoundingMixin
 from ._solver import check_exact_mechanism, debiased_rr_outputs, mechanism_loss
+from ...utils._warnings import warn_caller
 
 __all__ = ["BiasVarianceRandomizer"]
 
@@ -175,10 +175,10 @@ class BiasVarianceRandomizer(_UnbiasedRoundingMixin, BasePriorMechanism):
             except RuntimeError as exc:
                 # A private prior may have been charged: the fit must not
                 # fail. Debiased RR is exactly epsilon-DP for any prior.
-                warnings.warn(
+                warn_caller(
                     f"bias-variance solver failed ({exc}); using debiased randomized response "
                     "(exactly epsilon-DP and unbiased, larger variance).",
-                    RuntimeWarning, stacklevel=3,
+                    RuntimeWarning,
                 )
                 outputs = debiased_rr_outputs(values, epsilon)
                 matrix = randomized_response_matrix(values.size, epsilon)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -29,6 +28,7 @@ from ._solver import (
     mechanism_loss,
     optimal_unbiased_continuous,
 )
+from ...utils._warnings import warn_caller
 
 __all__ = ["OptimalUnbiased", "DebiasedRR", "auto_grid_size"]
 
@@ -267,10 +267,10 @@ class OptimalUnbiased(_UnbiasedRoundingMixin, BasePriorMechanism):
         this mechanism is unbiased and epsilon-DP for any prior (only its
         variance is worse than the optimum).
         """
-        warnings.warn(
+        warn_caller(
             f"the optimal solver failed ({exc}); using debiased randomized response, which is "
             "exactly unbiased and epsilon-DP but has a larger variance.",
-            RuntimeWarning, stacklevel=4,
+            RuntimeWarning,
         )
         return debiased_rr_outputs(values, epsilon), randomized_response_matrix(values.size, epsilon)
 
