@@ -249,3 +249,28 @@ def test_fits_whose_noise_is_replayed_have_no_time_budget(how, monkeypatch):
             warnings.simplefilter("ignore")  # the seeded fit's PrivacyLeakWarning
             mech.fit(y)
     assert seen and all(budget == (how == "unseeded") for budget in seen)
+
+
+def test_a_keyed_releases_budget_split_is_solved_without_time_budgets(monkeypatch):
+    # Attack (review): AutoRegression's keyed release computes its budget split
+    # (mean_budget compares the candidates, the unbiased solver among them) before
+    # the mechanism's fit. A time-cut solve there would move the split, hence the
+    # labels' epsilon, between two fits of one release id (charged once, same key
+    # streams): every solve of the release's fit must run without budgets.
+    from skdp_label.mechanisms import AutoRegression
+    from skdp_label.mechanisms.unbiased import _mechanisms
+    from skdp_label.release import ReleaseKey, privatize
+
+    seen = []
+    solve = _mechanisms.optimal_unbiased_continuous
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("time_budgets", True))
+        return solve(*args, **kwargs)
+
+    monkeypatch.setattr(_mechanisms, "optimal_unbiased_continuous", spy)
+    y = np.random.default_rng(0).uniform(0.0, 10.0, 300)
+    mech = AutoRegression(0.5, bounds=(0.0, 10.0), mean_epsilon="auto")
+    _, release = privatize(y, mech, ReleaseKey(b"\x07" * 32), "split")
+    assert release.epsilon_split_["mean"] > 0  # the split did compare the candidates
+    assert len(seen) >= 3 and not any(seen)
