@@ -421,3 +421,30 @@ def test_post_processing_streams_are_not_release_streams():
     a = post_processing_generator(11, (1,)).random(4)
     assert np.array_equal(a, post_processing_generator(11, (1,)).random(4))
     assert not np.array_equal(a, post_processing_generator(11, (2,)).random(4))
+
+
+def test_a_seed_cannot_spell_another_seeds_stream_keys():
+    # Attack (review): numpy's SeedSequence pads an entropy of up to 4 words and appends
+    # the spawn key, so seed s + (w << 128) with context c was seed s with context
+    # (w, *c): a huge seed replayed another release's noise, or the example order of a
+    # post-processing stream (its tag word included). Seeds from 2**128 on are refused.
+    from skdp_label.utils._random import (
+        _POST_PROCESSING,
+        check_random_state,
+        derive_random_state,
+        post_processing_generator,
+        release_generator,
+    )
+
+    for spelled, context in [(5 + (_POST_PROCESSING << 128), (3,)), (5 + (7 << 128), ())]:
+        with pytest.raises(ValueError, match="below 2\\*\\*128"):
+            release_generator(spelled, context)
+        with pytest.raises(ValueError, match="below 2\\*\\*128"):
+            derive_random_state(spelled, context)
+    with pytest.raises(ValueError, match="below 2\\*\\*128"):
+        LabelDPRegressor(Ridge(), "laplace", bounds=BOUNDS, random_state=2**128).fit(
+            *_data()[:2])
+    assert check_random_state(2**128 - 1) == 2**128 - 1  # the largest seed still works
+    with pytest.warns(PrivacyLeakWarning):
+        top = release_generator(2**128 - 1, (3,)).random(8)
+    assert not np.any(top == post_processing_generator(2**128 - 1, (3,)).random(8))
