@@ -448,3 +448,41 @@ def test_a_seed_cannot_spell_another_seeds_stream_keys():
     with pytest.warns(PrivacyLeakWarning):
         top = release_generator(2**128 - 1, (3,)).random(8)
     assert not np.any(top == post_processing_generator(2**128 - 1, (3,)).random(8))
+
+
+class _Interruptible(LogisticRegression):
+    """LogisticRegression whose fit raises ``exc`` when it is set."""
+
+    def __init__(self, exc=None, C=1.0):
+        self.exc = exc
+        super().__init__(C=C)
+
+    def fit(self, X, y, **kwargs):
+        if self.exc is not None:
+            raise self.exc
+        return super().fit(X, y, **kwargs)
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("stage model"), KeyboardInterrupt()],
+                         ids=["error", "interrupt"])
+@pytest.mark.parametrize("kwargs", [
+    dict(n_stages=2, prior="class-frequencies"),  # histogram, then stages: sequential
+    dict(n_stages=3, prior="clusters", n_clusters=2),
+    dict(mechanism="auto"),  # the histogram on rows of its own: parallel
+], ids=["histogram-stages", "clusters-stages", "auto"])
+def test_a_failed_refit_counts_histogram_and_stages_as_the_ledger_does(kwargs, exc):
+    # Attack (review): the failed fit's count is the classifier's own closure over the
+    # histogram and stage charges; it must equal what the accountant recorded, also
+    # for a KeyboardInterrupt (a BaseException) in a stage's model.
+    X, _, codes = _data(n=400)
+    acc = BudgetAccountant()
+    est = LabelDPClassifier(_Interruptible(), epsilon=2.0, classes=range(3), accountant=acc,
+                            **kwargs).fit(X, codes)
+    assert est.epsilon_spent_ == pytest.approx(acc.spent_epsilon)
+    est.set_params(base_estimator__exc=exc)
+    with pytest.raises(type(exc)) as info:
+        est.fit(X, codes)
+    assert acc.spent_epsilon == pytest.approx(4.0)
+    assert est.epsilon_spent_ == pytest.approx(acc.spent_epsilon)
+    assert "epsilon=2 " in " ".join(info.value.__notes__)
+    assert _fitted_attributes(est) == ["epsilon_spent_"] and "_attempt" not in vars(est)
