@@ -486,3 +486,30 @@ def test_a_failed_refit_counts_histogram_and_stages_as_the_ledger_does(kwargs, e
     assert est.epsilon_spent_ == pytest.approx(acc.spent_epsilon)
     assert "epsilon=2 " in " ".join(info.value.__notes__)
     assert _fitted_attributes(est) == ["epsilon_spent_"] and "_attempt" not in vars(est)
+
+
+class _RecordsRows(LogisticRegression):
+    """LogisticRegression that records the row ids (column 0 of X) of every fit."""
+
+    fits = []
+
+    def fit(self, X, y, **kwargs):
+        type(self).fits.append(np.sort(np.asarray(X)[:, 0]).astype(int))
+        return super().fit(X, y, **kwargs)
+
+
+def test_the_classifiers_search_applies_the_users_splits_to_the_users_rows():
+    # Attack (review): LabelDPClassifier trained its one stage on a random permutation
+    # of the rows, so a cv given as row indices (a time or group split) was applied to
+    # shuffled rows: the search trained on rows the user had put in the test fold.
+    X, _, codes = _data()
+    X = np.column_stack([np.arange(X.shape[0]), X])
+    half = X.shape[0] // 2
+    splits = [(np.arange(half), np.arange(half, 2 * half)),
+              (np.arange(half, 2 * half), np.arange(half))]
+    _RecordsRows.fits = []
+    LabelDPClassifier(_RecordsRows(), "rr", 2.0, classes=range(3), param_grid={"C": [0.1, 1.0]},
+                      cv=splits).fit(X, codes)
+    # The search's first two fits are its two splits' training folds, as given.
+    for fitted, (train, _) in zip(_RecordsRows.fits[:2], splits):
+        np.testing.assert_array_equal(fitted, train)
