@@ -78,7 +78,7 @@ def random_state_constraint() -> list[Any]:
 
 
 def check_random_state(random_state: int | None, owner: str = "random_state") -> int | None:
-    """Validate a ``random_state`` parameter: ``None`` or a non-negative int.
+    """Validate a ``random_state`` parameter: ``None`` or an int in [0, 2**128).
 
     Generators, ``RandomState`` and ``SeedSequence`` objects are refused: the
     estimator stores its parameters, so a pickle of it would carry the
