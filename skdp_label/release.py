@@ -495,10 +495,14 @@ class KeyedRelease:
                     "of every batch before fit."
                 )
             values = mech._domain(n_labels=n_rows)[0]
-            eps1, eps2 = mech.budget_split(n_rows)  # the mechanism's own rule
-            split = {"prior": eps1, "labels": eps2}
             if self.needs_sum:  # spent first, as in the one-machine fit
-                split = {"mean": mech.mean_budget(n_rows), **split}
+                # One reading of the mean's share: the three add up to the epsilon charged.
+                eps_mean = mech.mean_budget(n_rows)
+                eps1, eps2 = mech._histogram_split(epsilon - eps_mean, n_rows)
+                split = {"mean": eps_mean, "prior": eps1, "labels": eps2}
+            else:
+                eps1, eps2 = mech.budget_split(n_rows)  # the mechanism's own rule
+                split = {"prior": eps1, "labels": eps2}
         placeholder = _placeholder(mech)
         # A dry run on public inputs only (no accountant, no labels): whatever
         # would make the real fit fail is found before anything is charged.
