@@ -466,6 +466,12 @@ class KeyedRelease:
             Number of labels the release covers (for a private prior, the
             number counted in pass 1).
         """
+        # A refit of this release (its id charged once) must sample from the same
+        # distribution: the budget split and the solves below run without time budgets.
+        with reproducible_fits():
+            self._fit(n_rows)
+
+    def _fit(self, n_rows):
         if self.fitted_ is not None:
             raise ValueError("the release is already fitted.")
         n_rows = int(n_rows)
@@ -489,10 +495,14 @@ class KeyedRelease:
                     "of every batch before fit."
                 )
             values = mech._domain(n_labels=n_rows)[0]
-            eps1, eps2 = mech.budget_split(n_rows)  # the mechanism's own rule
-            split = {"prior": eps1, "labels": eps2}
             if self.needs_sum:  # spent first, as in the one-machine fit
-                split = {"mean": mech.mean_budget(n_rows), **split}
+                # One reading of the mean's share: the three add up to the epsilon charged.
+                eps_mean = mech.mean_budget(n_rows)
+                eps1, eps2 = mech._histogram_split(epsilon - eps_mean, n_rows)
+                split = {"mean": eps_mean, "prior": eps1, "labels": eps2}
+            else:
+                eps1, eps2 = mech.budget_split(n_rows)  # the mechanism's own rule
+                split = {"prior": eps1, "labels": eps2}
         placeholder = _placeholder(mech)
         # A dry run on public inputs only (no accountant, no labels): whatever
         # would make the real fit fail is found before anything is charged.
@@ -502,8 +512,7 @@ class KeyedRelease:
         if split is not None:
             trial.set_params(prior=(values, np.full(values.size, 1.0 / values.size)),
                              epsilon=split["labels"], **no_mean)
-        with reproducible_fits():  # a refit of this release must sample from the same distribution
-            trial.fit(placeholder)
+        trial.fit(placeholder)
         delta = trial._total_cost()[1]
         if self.accountant is not None:
             recorded = self.accountant.spend(
@@ -536,8 +545,7 @@ class KeyedRelease:
             mech.set_params(prior=(values, noisy), epsilon=split["labels"], **no_mean)
             self._counts = None  # exact counts and sum are not kept past this point
             self._label_sum = 0
-            with reproducible_fits():
-                mech.fit(placeholder)
+            mech.fit(placeholder)
         # The noisy mean is the release's (the mechanism's own budget is the labels').
         self.mean_epsilon_ = split.get("mean", 0.0) if split is not None else 0.0
         self.noisy_mean_, self.noisy_mean_variance_ = noisy_mean or (None, None)

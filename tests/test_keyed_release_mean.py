@@ -140,3 +140,18 @@ def test_a_public_prior_with_a_mean_is_refused_before_anything_is_spent():
         KeyedRelease(AutoRegression(1.0, prior=prior, mean_epsilon=0.3), KEY, "p",
                      accountant=acc)
     assert acc.ledger == []
+
+
+def test_the_split_reads_the_means_share_once(monkeypatch):
+    # Attack (review): the keyed release read mean_budget twice (inside budget_split,
+    # then for the split's 'mean'); a rule that answered differently the second time
+    # (the unbiased solver under a time budget did) made the split add up to more or
+    # less than the epsilon charged. Here the rule answers 0.1, then 0.2, ...
+    answers = iter([0.1, 0.2, 0.3])
+    monkeypatch.setattr(AutoRegression, "mean_budget",
+                        lambda self, n: 0.0 if self.mean_epsilon is None else next(answers))
+    acc = BudgetAccountant()
+    _, release = privatize(_labels(), _auto(), KEY, "mean-once", accountant=acc)
+    split = release.epsilon_split_
+    assert split["mean"] == 0.1
+    assert sum(split.values()) == pytest.approx(0.5) == pytest.approx(acc.spent_epsilon)

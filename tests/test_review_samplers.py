@@ -530,3 +530,54 @@ def test_step_tables_tile_and_are_exact_at_the_extreme_step_lengths(lam, width, 
             expected = p[support == v][0] * 200_000
             if expected > 50:
                 assert np.sum(z == v) > expected / 3
+
+
+class _Digits:
+    """A numpy-like source whose random() returns the given 53-bit digits."""
+
+    def __init__(self, digits):
+        self.digits = list(digits)
+
+    def random(self):
+        return self.digits.pop(0) / 2.0**53
+
+
+def _rr_by_the_definition(code, k, d, qd, frac, limit, m, rng):
+    """k-ary RR of one code from its first digit d (the pre-rewrite rr_code)."""
+    from skdp_label._kernels._sampling import bernoulli_exact, uniform_index
+    from skdp_label._kernels._twin import twin
+
+    if d < qd:
+        j = int(d) % int(m) if d < limit else int(twin(uniform_index)(m, rng))
+    elif d > qd or not twin(bernoulli_exact)(frac, rng):
+        return code
+    else:
+        j = int(twin(uniform_index)(m, rng))
+    out = code + 1 + j
+    return out - k if out >= k else out
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 7, 1000, 2**31 + 5, 2**40 + 3])
+def test_rr_common_and_rare_paths_are_rr_at_every_edge_digit(k):
+    # Review of the branch-free k-ary RR (rr_code_common / _rr_rare / rr_code_rare,
+    # _residue's float quotient, _shift_class's masks): at the digits where a mask or
+    # a quotient could be off by one (0, the top, limit +- 1, qd +- 1, multiples of m)
+    # it gives the class the plain definition gives, for every flip probability
+    # (none, tiny, one digit wide, around 1/2, nearly 1). Through the twins, which
+    # tests/test_twins.py holds bit-identical to the kernels.
+    from skdp_label._kernels import _sampling as S
+    from skdp_label._kernels._twin import twin
+
+    common, rare, is_rare = twin(S.rr_code_common), twin(S.rr_code_rare), twin(S._rr_rare)
+    for q in [0.0, 1e-300, 3 * 2.0**-53, 0.3, 0.5, 0.999999, 1 - 2.0**-53]:
+        qd, frac, limit, m = S.rr_constants(k, q)
+        edges = {0, 1, 2**53 - 1, qd, qd - 1, qd + 1, limit, limit - 1, limit + 1,
+                 m, m - 1, 2 * m, 2 * m - 1}
+        for d in sorted(float(e) for e in edges if 0 <= e < 2**53):
+            for code in {0, k // 2, k - 1}:
+                fresh = [12345.0, 2**52 + 7.0, 999.0, 5.0] * 3
+                got = common(code, k, d, limit, m)
+                if is_rare(d, qd, limit):
+                    got = rare(code, k, d, qd, frac, m, _Digits(fresh))
+                want = _rr_by_the_definition(code, k, d, qd, frac, limit, m, _Digits(fresh))
+                assert got == want, (k, q, d, code)

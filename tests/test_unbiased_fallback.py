@@ -216,16 +216,9 @@ def test_untimed_solve_does_not_depend_on_the_clock(monkeypatch):
     check_exact_mechanism(y, outputs, matrix, eps)  # ... and it is still exact
 
 
-@pytest.mark.parametrize("how", ["seeded", "reproducible_fits", "keyed", "unseeded"])
-def test_fits_whose_noise_is_replayed_have_no_time_budget(how, monkeypatch):
-    # A seeded mechanism and a keyed release replay their noise from a seed or
-    # key: a refit that sampled from another distribution (a budget cut by the
-    # load) would share noise between two different releases. Their fits are
-    # solved without time budgets; a fit with fresh entropy keeps them.
-    from skdp_label.mechanisms import OptimalUnbiased
+def _solver_budgets(monkeypatch):
+    """The ``time_budgets`` of every continuous unbiased solve from now on."""
     from skdp_label.mechanisms.unbiased import _mechanisms
-    from skdp_label.release import KeyedRelease, ReleaseKey
-    from skdp_label.utils._random import reproducible_fits
 
     seen = []
     solve = _mechanisms.optimal_unbiased_continuous
@@ -235,6 +228,20 @@ def test_fits_whose_noise_is_replayed_have_no_time_budget(how, monkeypatch):
         return solve(*args, **kwargs)
 
     monkeypatch.setattr(_mechanisms, "optimal_unbiased_continuous", spy)
+    return seen
+
+
+@pytest.mark.parametrize("how", ["seeded", "reproducible_fits", "keyed", "unseeded"])
+def test_fits_whose_noise_is_replayed_have_no_time_budget(how, monkeypatch):
+    # A seeded mechanism and a keyed release replay their noise from a seed or
+    # key: a refit that sampled from another distribution (a budget cut by the
+    # load) would share noise between two different releases. Their fits are
+    # solved without time budgets; a fit with fresh entropy keeps them.
+    from skdp_label.mechanisms import OptimalUnbiased
+    from skdp_label.release import KeyedRelease, ReleaseKey
+    from skdp_label.utils._random import reproducible_fits
+
+    seen = _solver_budgets(monkeypatch)
     values = np.array([0.0, 1.0, 2.5, 4.0])
     prior = (values, np.array([0.4, 0.3, 0.2, 0.1]))
     y = np.array([0.0, 1.0, 2.5, 4.0, 1.0])
@@ -249,3 +256,20 @@ def test_fits_whose_noise_is_replayed_have_no_time_budget(how, monkeypatch):
             warnings.simplefilter("ignore")  # the seeded fit's PrivacyLeakWarning
             mech.fit(y)
     assert seen and all(budget == (how == "unseeded") for budget in seen)
+
+
+def test_a_keyed_releases_budget_split_is_solved_without_time_budgets(monkeypatch):
+    # Attack (review): AutoRegression's keyed release computes its budget split
+    # (mean_budget compares the candidates, the unbiased solver among them) before
+    # the mechanism's fit. A time-cut solve there would move the split, hence the
+    # labels' epsilon, between two fits of one release id (charged once, same key
+    # streams): every solve of the release's fit must run without budgets.
+    from skdp_label.mechanisms import AutoRegression
+    from skdp_label.release import ReleaseKey, privatize
+
+    seen = _solver_budgets(monkeypatch)
+    y = np.random.default_rng(0).uniform(0.0, 10.0, 300)
+    mech = AutoRegression(0.5, bounds=(0.0, 10.0), mean_epsilon="auto")
+    _, release = privatize(y, mech, ReleaseKey(b"\x07" * 32), "split")
+    assert release.epsilon_split_["mean"] > 0  # the split did compare the candidates
+    assert len(seen) >= 3 and not any(seen)

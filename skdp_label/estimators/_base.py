@@ -409,10 +409,12 @@ class BaseLabelDPEstimator(PrivacyReprMixin, MetaEstimatorMixin, BaseEstimator):
             )
         for train, test in splits:
             for rows in (train, test):
-                if rows.size and (rows.dtype.kind not in "iu" or rows.min() < 0
-                                  or rows.max() >= n_samples):
+                # An empty or 2-D side would only fail in the search, after the charge.
+                if (rows.ndim != 1 or not rows.size or rows.dtype.kind not in "iu"
+                        or rows.min() < 0 or rows.max() >= n_samples):
                     raise ValueError(
-                        f"{name}: cv's splits must hold row indices in [0, {n_samples})."
+                        f"{name}: cv's splits must be non-empty 1-D arrays of row indices in "
+                        f"[0, {n_samples})."
                     )
         return splits
 

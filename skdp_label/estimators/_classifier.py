@@ -576,6 +576,8 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         histogram_rows = np.arange(0)
         if n_histogram:  # one stage: a public random subset of it gives the histogram
             histogram_rows, parts = parts[0][:n_histogram], [parts[0][n_histogram:]]
+        if self.param_grid is not None:  # one stage (_check_model_selection): all the rows,
+            parts = [np.sort(parts[0])]  # in the order the search's cv (row indices) refers to
         # The stages' mechanisms never charge the accountant themselves: this
         # estimator charges them as one disjoint group.
         mechanisms = [

@@ -78,7 +78,7 @@ def random_state_constraint() -> list[Any]:
 
 
 def check_random_state(random_state: int | None, owner: str = "random_state") -> int | None:
-    """Validate a ``random_state`` parameter: ``None`` or a non-negative int.
+    """Validate a ``random_state`` parameter: ``None`` or an int in [0, 2**128).
 
     Generators, ``RandomState`` and ``SeedSequence`` objects are refused: the
     estimator stores its parameters, so a pickle of it would carry the
@@ -92,12 +92,25 @@ def check_random_state(random_state: int | None, owner: str = "random_state") ->
             f"non-negative int; a {type(random_state).__name__} is refused because an "
             "estimator that stores it lets anyone holding the estimator replay the label noise."
         )
-    if isinstance(random_state, Integral) and not isinstance(random_state, bool) and random_state >= 0:
-        return int(random_state)
+    if isinstance(random_state, Integral) and not isinstance(random_state, bool):
+        if 0 <= random_state < _MAX_SEED:
+            return int(random_state)
+        if random_state >= _MAX_SEED:
+            raise ValueError(
+                f"{owner}: random_state must be below 2**128; a larger seed's high words "
+                "would read as the stream keys that separate releases (numpy's SeedSequence), "
+                "so two different releases could share noise."
+            )
     raise ValueError(
         f"{owner}: random_state must be None or a non-negative int, got a "
         f"{type(random_state).__name__}."
     )
+
+
+# SeedSequence pads an entropy of up to 4 words to 4 before appending the spawn key:
+# below 2**128, (seed, context) -> stream is one-to-one; above, seed s + (w << 128)
+# with context c is seed s with context (w, *c).
+_MAX_SEED = 2**128
 
 
 def public_fingerprint(*parts: Any) -> tuple[int, ...]:
