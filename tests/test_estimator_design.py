@@ -513,3 +513,22 @@ def test_the_classifiers_search_applies_the_users_splits_to_the_users_rows():
     # The search's first two fits are its two splits' training folds, as given.
     for fitted, (train, _) in zip(_RecordsRows.fits[:2], splits):
         np.testing.assert_array_equal(fitted, train)
+
+
+def test_explicit_splits_with_the_majority_guard_are_refused_before_spending():
+    # Was: the guard's fold models ran the search with splits indexing all the
+    # rows on subsets of them: IndexError, warned three times, and the guard
+    # compared a model with its base parameters, after the charge.
+    X, _, codes = _data()
+    n = codes.shape[0]
+    splits = [(np.arange(0, n // 2), np.arange(n // 2, n)),
+              (np.arange(n // 2, n), np.arange(0, n // 2))]
+    acc = BudgetAccountant()
+    est = LabelDPClassifier(LogisticRegression(), classes=range(3), param_grid={"C": [0.1, 1.0]},
+                            cv=splits, accountant=acc, mechanism="rr", majority_guard=True)
+    with pytest.raises(ValueError, match="explicit"):
+        est.fit(X, codes)
+    assert acc.spent_epsilon == 0 and not acc.ledger
+    # an int cv runs
+    est.set_params(cv=2).fit(X, codes)
+    assert acc.spent_epsilon > 0

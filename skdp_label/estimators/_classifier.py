@@ -551,6 +551,13 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         """
         # Everything that can fail is checked before any budget is spent.
         routed, cv = self._check_inputs_before_spending(X, y, fit_params)
+        if isinstance(cv, list) and self._guards():
+            # Explicit splits index all the rows; the guard's fold models search subsets.
+            raise ValueError(
+                f"{type(self).__name__}: cv given as explicit (train, test) splits indexes all "
+                "the rows, but the majority guard's fold models search subsets of them; pass "
+                "cv as an int or a splitter, or set majority_guard=False."
+            )
         if sp.issparse(X):
             X = X.tocsr()  # stages index rows
         elif not hasattr(X, "iloc"):
