@@ -176,13 +176,14 @@ class BaseLabelMechanism(
         at two scales would let anyone solve for the label. Two seeded
         releases with the same context still share noise (docs/randomness.md).
         """
-        public = self._public_signature()
-        public.pop("accountant", None)  # which ledger is charged does not make another release
-        return release_generator(
-            self.random_state,
-            public_fingerprint(type(self).__name__, sorted(public.items()), step, int(n_labels)),
-            owner=type(self).__name__,
-        )
+        context = ()
+        if self.random_state is not None:  # fresh entropy needs no context (and no hashing)
+            public = self._public_signature()
+            public.pop("accountant", None)  # which ledger is charged does not make another release
+            context = public_fingerprint(
+                type(self).__name__, sorted(public.items()), step, int(n_labels)
+            )
+        return release_generator(self.random_state, context, owner=type(self).__name__)
 
     # -- parameters bound to the fit ------------------------------------------
     def _public_signature(self):
