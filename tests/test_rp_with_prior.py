@@ -554,24 +554,28 @@ def test_grid_sampler_reads_the_digits_of_its_reference(u1, u2, w, rest_total):
     with their constants hoisted) returns, digit for digit, what the plain
     composition of ``bernoulli_exact`` and ``uniform_index`` returns (their
     Python twins), including the parts that read no digit (rest mass 0 or 1,
-    one value) and a tie-free tiny rest mass."""
+    one value) and a tie-free tiny rest mass. Labels are rounded to the grid
+    by a multiplication with the inverse step (power-of-two steps) or a
+    division (others): the same units as ``rint(y / g)`` either way."""
     from skdp_label._kernels._sampling import bernoulli_exact, uniform_index
     from skdp_label._kernels._twin import twin
-    from skdp_label.mechanisms.rp_with_prior._interval import _sample_grid
+    from skdp_label.mechanisms.rp_with_prior._interval import _sample_grid, grid_parts, inverse_step
 
     bernoulli, uniform = twin(bernoulli_exact), twin(uniform_index)
-    y = np.random.default_rng(0).uniform(u1 - 3, u2 + 3, 2000)
+    g = {0: 1.0, 1: 0.25, 2: 0.3}[(u1 + u2 + w) % 3]  # 0.3: not a power of two
+    y = np.random.default_rng(0).uniform(u1 - 3, u2 + 3, 2000) * g
     rng = np.random.default_rng(1)
     expected = []
     for v in y:
-        u = int(min(max(np.rint(v), u1), u2))
+        u = int(min(max(np.rint(v / g), u1), u2))
         if bernoulli(rest_total, rng):
             r = int(uniform(float(u2 - u1), rng))
             unit = u1 - w + r if r < u - u1 else u + w + 1 + (r - (u - u1))
         else:
             unit = u - w + int(uniform(float(2 * w + 1), rng))
-        expected.append(float(unit))
+        expected.append(float(unit) * g)
+    assert (inverse_step(g) > 0) == (g != 0.3)
     out = np.empty(y.shape[0])
-    _sample_grid(y, 1.0, np.int64(u1), np.int64(u2), np.int64(w), rest_total,
-                 np.random.default_rng(1), out)
+    _sample_grid(y, g, inverse_step(g), np.int64(u1), np.int64(u2), np.int64(w), rest_total,
+                 grid_parts(u1, u2, w), np.random.default_rng(1), out)
     np.testing.assert_array_equal(out, expected)

@@ -49,8 +49,9 @@ import math
 import numba
 import numpy as np
 
+from ..._kernels._intrinsics import opaque
 from ..._kernels._philox import begin_row
-from ..._kernels._sampling import _DIGIT, _DIGIT_INT, _digit, _residue, bernoulli_exact
+from ..._kernels._sampling import _DIGIT, _DIGIT_INT, _digit, _residue_by, bernoulli_exact
 from ..._kernels._twin import kernel_for
 
 __all__ = [
@@ -339,45 +340,71 @@ def auto_window(nodes, values, probs, epsilon, granularity, loss="squared", n_co
 
 # -- sampling ------------------------------------------------------------------------
 @numba.njit(cache=True, nogil=True)
-def _sample_grid(y, granularity, u1, u2, w, rest_total, rng, out):
+def _sample_grid(y, granularity, inv_granularity, u1, u2, w, rest_total, parts, rng, out):
     # The draws of bernoulli_exact(rest_total) and uniform_index(m) of the two
     # parts, written out with their constants computed once (same digits, same
     # outputs): the calls, and uniform_index's two int64 divisions a label,
     # were most of the time per label. Written in the loop, not as inlined
-    # helpers taking rng (reference counting per label).
+    # helpers taking rng (reference counting per label). The coin flips (rest
+    # or window; which side of the window) select by masks, not branches
+    # (mispredicted on about every other label).
     x = rest_total * _DIGIT
     rest_qd = np.floor(x)
     rest_frac = x - rest_qd  # bernoulli_exact's first digit vs rest_qd, then the fraction
-    n_rest, n_window = float(u2 - u1), float(2 * w + 1)
-    # Digits below these give an exactly uniform residue (uniform_index).
-    rest_limit = float(_DIGIT_INT - _DIGIT_INT % max(np.int64(n_rest), 1))
-    window_limit = float(_DIGIT_INT - _DIGIT_INT % max(np.int64(n_window), 1))
+    n_window = 2 * w + 1
     for i in range(y.shape[0]):
         begin_row(rng, i)
-        # Row: clip to the interval (eq. 3.6), round to the grid.
-        u = np.int64(min(max(np.rint(y[i] / granularity), float(u1)), float(u2)))
+        # Row: clip to the interval (eq. 3.6), round to the grid. A division a
+        # label is slow: for a power-of-two g with a finite inverse (0 if not)
+        # y * (1 / g) is y / g, both rounding the same real number.
+        v = y[i] * inv_granularity if inv_granularity > 0.0 else y[i] / granularity
+        u = np.int64(min(max(np.rint(v), float(u1)), float(u2)))
         if rest_total >= 1.0:
-            rest = True
+            rest = np.int64(-1)  # -1: the rest, 0: the window
         elif rest_total > 0.0:
             d = _digit(rng)
-            rest = d < rest_qd if d != rest_qd else bernoulli_exact(rest_frac, rng)
+            rest = opaque((np.int64(d) - np.int64(rest_qd)) >> 63)  # d < rest_qd
+            if d == rest_qd:  # a tie (rare): the fraction decides
+                rest = -np.int64(bernoulli_exact(rest_frac, rng))
         else:
-            rest = False
-        # A uniform index over the chosen part (rest or window).
-        m, limit = (n_rest, rest_limit) if rest else (n_window, window_limit)
+            rest = np.int64(0)
+        # A uniform index over the chosen part, its constants read from the
+        # table by the part's index.
+        part = -rest
+        m, limit = parts[part, 0], parts[part, 1]
         r = np.int64(0)
         if m > 1.0:
             e = _digit(rng)
             while e >= limit:
                 e = _digit(rng)
-            r = _residue(e, m)
-        if rest:
-            # rest outputs u1 - w .. u - w - 1, then u + w + 1 .. u2 + w
-            below = u - u1
-            unit = u1 - w + r if r < below else u + w + 1 + (r - below)
-        else:
-            unit = u - w + r
+            r = _residue_by(e, m, parts[part, 2])
+        # The window: u - w + r. The rest: u1 - w + r below the window (r <
+        # u - u1), else n_window units further (past the window).
+        past = ~opaque((r - (u - u1)) >> 63)  # -1 when r >= u - u1
+        unit = u - w + r + (((u1 - u) + (n_window & past)) & rest)
         out[i] = float(unit) * granularity
+
+
+def grid_parts(u1, u2, w):
+    """Constants of the uniform draws of :func:`_sample_grid`: per part (row 0
+    the window, row 1 the rest) its number of outputs ``m``, the digit limit
+    below which a digit's residue mod ``m`` is exactly uniform (that of
+    :func:`uniform_index`), and ``1 / m``. A table indexed by the part, not
+    two constants selected per label: LLVM folded such a select of two limits
+    back into a 64-bit division a label (most of the sampler's time)."""
+    parts = np.empty((2, 3))
+    for p, m in enumerate((2 * w + 1, u2 - u1)):
+        m = max(int(m), 1)
+        parts[p] = m, float(_DIGIT_INT - _DIGIT_INT % m), 1.0 / m
+    return parts
+
+
+def inverse_step(granularity):
+    """``1 / granularity`` where it is exact (a power-of-two step whose
+    inverse is finite: then ``y * (1 / g)`` is ``y / g``), else 0 (the
+    sampler divides)."""
+    g = float(granularity)
+    return 1.0 / g if math.frexp(g)[0] == 0.5 and g >= 2.0**-1022 else 0.0
 
 
 def sample_labels(y, granularity, u1, u2, w, epsilon, rng):
@@ -387,11 +414,13 @@ def sample_labels(y, granularity, u1, u2, w, epsilon, rng):
     mass (exact for the float however small: large epsilon, wide windows),
     then an exactly uniform integer over the chosen part, row by row.
     """
+    g = float(granularity)
     y = np.ascontiguousarray(y, dtype=np.float64)
     _, _, rest_total = _levels(u1, u2, w, epsilon)
     out = np.empty(y.shape[0])
     kernel_for(_sample_grid, rng, y.shape[0])(
-        y, float(granularity), np.int64(u1), np.int64(u2), np.int64(w), float(rest_total), rng, out
+        y, g, inverse_step(g), np.int64(u1), np.int64(u2), np.int64(w), float(rest_total),
+        grid_parts(u1, u2, w), rng, out,
     )
     return out
 
