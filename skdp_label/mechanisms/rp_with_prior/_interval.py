@@ -51,7 +51,14 @@ import numpy as np
 
 from ..._kernels._intrinsics import opaque
 from ..._kernels._philox import begin_row
-from ..._kernels._sampling import _DIGIT, _DIGIT_INT, _digit, _residue_by, bernoulli_exact
+from ..._kernels._sampling import (
+    _DIGIT,
+    _digit,
+    _residue_by,
+    bernoulli_exact,
+    split_probability,
+    uniform_index,
+)
 from ..._kernels._twin import kernel_for
 
 __all__ = [
@@ -340,17 +347,18 @@ def auto_window(nodes, values, probs, epsilon, granularity, loss="squared", n_co
 
 # -- sampling ------------------------------------------------------------------------
 @numba.njit(cache=True, nogil=True)
-def _sample_grid(y, granularity, inv_granularity, u1, u2, w, rest_total, parts, rng, out):
-    # The draws of bernoulli_exact(rest_total) and uniform_index(m) of the two
-    # parts, written out with their constants computed once (same digits, same
-    # outputs): the calls, and uniform_index's two int64 divisions a label,
-    # were most of the time per label. Written in the loop, not as inlined
-    # helpers taking rng (reference counting per label). The coin flips (rest
-    # or window; which side of the window) select by masks, not branches
-    # (mispredicted on about every other label).
-    x = rest_total * _DIGIT
-    rest_qd = np.floor(x)
-    rest_frac = x - rest_qd  # bernoulli_exact's first digit vs rest_qd, then the fraction
+def _sample_grid(y, granularity, inv_granularity, u1, u2, w, parts, rng, out):
+    # One digit d a label decides the part and the position in it:
+    # d < qd is the rest, d > qd the window (d == qd: a tie, rare); given the
+    # part, d (the rest) or d - qd - 1 (the window) is uniform on a range and
+    # its residue mod the part's size m is the position when it lies below
+    # the part's limit (a multiple of m), else fresh digits give it (rare).
+    # The coin flips select by masks, not branches (mispredicted on about
+    # every other label); per-part constants come from a table indexed by
+    # the part: two constants selected per label were folded by LLVM into a
+    # 64-bit division a label.
+    qd, frac = parts[0, 3], parts[0, 4]
+    top = np.int64(qd)
     n_window = 2 * w + 1
     for i in range(y.shape[0]):
         begin_row(rng, i)
@@ -359,25 +367,16 @@ def _sample_grid(y, granularity, inv_granularity, u1, u2, w, rest_total, parts, 
         # y * (1 / g) is y / g, both rounding the same real number.
         v = y[i] * inv_granularity if inv_granularity > 0.0 else y[i] / granularity
         u = np.int64(min(max(np.rint(v), float(u1)), float(u2)))
-        if rest_total >= 1.0:
-            rest = np.int64(-1)  # -1: the rest, 0: the window
-        elif rest_total > 0.0:
-            d = _digit(rng)
-            rest = opaque((np.int64(d) - np.int64(rest_qd)) >> 63)  # d < rest_qd
-            if d == rest_qd:  # a tie (rare): the fraction decides
-                rest = -np.int64(bernoulli_exact(rest_frac, rng))
-        else:
-            rest = np.int64(0)
-        # A uniform index over the chosen part, its constants read from the
-        # table by the part's index.
+        d = _digit(rng)
+        di = np.int64(d)
+        rest = opaque((di - top) >> 63)  # -1: the rest (d < qd), 0: the window
+        e = di - ((top + 1) & ~rest)
         part = -rest
-        m, limit = parts[part, 0], parts[part, 1]
-        r = np.int64(0)
-        if m > 1.0:
-            e = _digit(rng)
-            while e >= limit:
-                e = _digit(rng)
-            r = _residue_by(e, m, parts[part, 2])
+        r = _residue_by(float(e), parts[part, 0], parts[part, 2])
+        if e >= np.int64(parts[part, 1]) or di == top:  # rare
+            r = _grid_rare(di == top, part, frac, parts, rng)
+            rest = opaque((r >> 63))  # the rare draw's part, in r's sign
+            r = r ^ rest
         # The window: u - w + r. The rest: u1 - w + r below the window (r <
         # u - u1), else n_window units further (past the window).
         past = ~opaque((r - (u - u1)) >> 63)  # -1 when r >= u - u1
@@ -385,17 +384,38 @@ def _sample_grid(y, granularity, inv_granularity, u1, u2, w, rest_total, parts, 
         out[i] = float(unit) * granularity
 
 
-def grid_parts(u1, u2, w):
-    """Constants of the uniform draws of :func:`_sample_grid`: per part (row 0
-    the window, row 1 the rest) its number of outputs ``m``, the digit limit
-    below which a digit's residue mod ``m`` is exactly uniform (that of
-    :func:`uniform_index`), and ``1 / m``. A table indexed by the part, not
-    two constants selected per label: LLVM folded such a select of two limits
-    back into a 64-bit division a label (most of the sampler's time)."""
-    parts = np.empty((2, 3))
-    for p, m in enumerate((2 * w + 1, u2 - u1)):
+@numba.njit(cache=True, nogil=True)
+def _grid_rare(tie, part, frac, parts, rng):
+    """:func:`_sample_grid` where the first digit does not decide: on a tie
+    with qd the fraction decides the part (``bernoulli_exact``), and the
+    position is drawn from fresh digits (``uniform_index``). Returns the
+    position, bit-inverted (``~r < 0``) for the rest. Not inlined: a helper
+    inlined with ``rng`` keeps its reference count, two atomic operations a
+    label."""
+    if tie:
+        part = np.int64(bernoulli_exact(frac, rng))
+    r = np.int64(uniform_index(parts[part, 0], rng))
+    return ~r if part == 1 else r
+
+
+def grid_parts(u1, u2, w, rest_total):
+    """Constants of :func:`_sample_grid`: per part (row 0 the window, row 1
+    the rest) its number of outputs ``m`` (at least 1), the limit below
+    which the part's uniform digit has an exactly uniform residue mod ``m``
+    (a multiple of ``m``), ``1 / m``; and in row 0 ``qd, frac``, the
+    integer part and fraction of ``rest_total * 2**53``.
+
+    The rest's digit is uniform on ``[0, qd)``, the window's on ``[0,
+    2**53 - qd - 1)``: the limits are those ranges' largest multiples of
+    ``m``.
+    """
+    qd, frac = split_probability(rest_total)
+    parts = np.zeros((2, 5))
+    parts[0, 3:] = qd, frac
+    for p, (m, span) in enumerate(((2 * w + 1, _DIGIT - qd - 1.0), (u2 - u1, qd))):
         m = max(int(m), 1)
-        parts[p] = m, float(_DIGIT_INT - _DIGIT_INT % m), 1.0 / m
+        span = max(span, 0.0)
+        parts[p, :3] = m, span - math.fmod(span, m), 1.0 / m
     return parts
 
 
@@ -419,8 +439,8 @@ def sample_labels(y, granularity, u1, u2, w, epsilon, rng):
     _, _, rest_total = _levels(u1, u2, w, epsilon)
     out = np.empty(y.shape[0])
     kernel_for(_sample_grid, rng, y.shape[0])(
-        y, g, inverse_step(g), np.int64(u1), np.int64(u2), np.int64(w), float(rest_total),
-        grid_parts(u1, u2, w), rng, out,
+        y, g, inverse_step(g), np.int64(u1), np.int64(u2), np.int64(w),
+        grid_parts(u1, u2, w, float(rest_total)), rng, out,
     )
     return out
 
