@@ -432,7 +432,8 @@ def sample_labels(y, granularity, u1, u2, w, epsilon, rng):
     one release, in one pass: each label's unit ``clip(rint(y / granularity),
     u1, u2)``, then rest or window by an exact Bernoulli of the rest's total
     mass (exact for the float however small: large epsilon, wide windows),
-    then an exactly uniform integer over the chosen part, row by row.
+    then an exactly uniform integer over the chosen part, row by row, both
+    from one digit a label in the common case (:func:`_sample_grid`).
     """
     g = float(granularity)
     y = np.ascontiguousarray(y, dtype=np.float64)
