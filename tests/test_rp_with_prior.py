@@ -579,13 +579,17 @@ def _grid_reference(y, g, u1, u2, w, rest_total, rng):
 
 
 def _grid_kernel(y, g, u1, u2, w, rest_total, rng, parts=None, use_twin=False):
+    """The compiled kernel (or its twin) as ``sample_labels`` calls it."""
     from skdp_label._kernels._twin import twin
     from skdp_label.mechanisms.rp_with_prior._interval import _sample_grid, grid_parts, inverse_step
 
+    y, inv = np.asarray(y, dtype=float), inverse_step(g)
+    if inv == 0.0:
+        y, inv = y / g, 1.0
     out = np.empty(len(y))
     kernel = twin(_sample_grid) if use_twin else _sample_grid
-    kernel(np.asarray(y, dtype=float), g, inverse_step(g), np.int64(u1), np.int64(u2),
-           np.int64(w), grid_parts(u1, u2, w, rest_total) if parts is None else parts, rng, out)
+    kernel(y, inv, g, np.int64(u1), np.int64(u2), np.int64(w),
+           *(grid_parts(u1, u2, w, rest_total) if parts is None else parts), rng, out)
     return out
 
 
@@ -614,9 +618,9 @@ def test_grid_sampler_reads_the_digits_of_its_reference(u1, u2, w, rest_total):
     for use_twin in (False, True):
         out = _grid_kernel(y, g, u1, u2, w, rest_total, np.random.default_rng(1), use_twin=use_twin)
         np.testing.assert_array_equal(out, expected)
-    parts = grid_parts(u1, u2, w, rest_total)
-    qd = int(parts[0, 3])
-    firsts = {qd, int(parts[1, 1]), qd - 1, 2**53 - 1, qd + 1 + int(parts[0, 1])}
+    _, limits, _, qd, _ = grid_parts(u1, u2, w, rest_total)
+    qd = int(qd)
+    firsts = {qd, int(limits[1]), qd - 1, 2**53 - 1, qd + 1 + int(limits[0])}
     for first in sorted(d for d in firsts if 0 <= d < 2**53):
         digits = [first, 2**52 + 12345, 777, 2**40]
         ref_rng, rng = scripted(digits), scripted(digits)
@@ -634,13 +638,14 @@ def test_grid_reference_comparison_catches_wrong_limits():
     from test_numerics import digits_used, scripted
 
     u1, u2, w, rest_total = 0, 7, 2, 0.7
-    parts = grid_parts(u1, u2, w, rest_total)
-    assert parts[1, 1] < parts[0, 3]  # a rare region in the rest
-    qd, window_limit = int(parts[0, 3]), int(parts[0, 1])
+    sizes, limits, inverses, qd, frac = grid_parts(u1, u2, w, rest_total)
+    assert limits[1] < qd  # a rare region in the rest
+    qd, window_limit = int(qd), int(limits[0])
     assert qd + window_limit < 2**53  # the window's last digit with a uniform residue
-    for row, change, first in [(1, 7.0, int(parts[1, 1])), (0, -1.0, qd + window_limit)]:
-        mutant = parts.copy()
-        mutant[row, 1] += change
+    for row, change, first in [(1, 7, int(limits[1])), (0, -1, qd + window_limit)]:
+        mutant = limits.copy()
+        mutant[row] += change
+        mutant = (sizes, mutant, inverses, qd, frac)
         right, wrong = scripted([first, 2**52 + 5, 9]), scripted([first, 2**52 + 5, 9])
         _grid_kernel([3.0], 1.0, u1, u2, w, rest_total, right)
         _grid_kernel([3.0], 1.0, u1, u2, w, rest_total, wrong, parts=mutant)

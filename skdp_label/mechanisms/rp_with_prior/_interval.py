@@ -347,34 +347,32 @@ def auto_window(nodes, values, probs, epsilon, granularity, loss="squared", n_co
 
 # -- sampling ------------------------------------------------------------------------
 @numba.njit(cache=True, nogil=True)
-def _sample_grid(y, granularity, inv_granularity, u1, u2, w, parts, rng, out):
+def _sample_grid(y, inv_granularity, granularity, u1, u2, w, sizes, limits, inverses, qd, frac,
+                 rng, out):
     # One digit d a label decides the part and the position in it:
     # d < qd is the rest, d > qd the window (d == qd: a tie, rare); given the
     # part, d (the rest) or d - qd - 1 (the window) is uniform on a range and
-    # its residue mod the part's size m is the position when it lies below
-    # the part's limit (a multiple of m), else fresh digits give it (rare).
+    # its residue mod the part's size is the position when it lies below the
+    # part's limit (a multiple of the size), else fresh digits give it (rare).
     # The coin flips select by masks, not branches (mispredicted on about
-    # every other label); per-part constants come from a table indexed by
-    # the part: two constants selected per label were folded by LLVM into a
+    # every other label); per-part constants come from tables indexed by the
+    # part: two constants selected per label were folded by LLVM into a
     # 64-bit division a label.
-    qd, frac = parts[0, 3], parts[0, 4]
     top = np.int64(qd)
     n_window = 2 * w + 1
     for i in range(y.shape[0]):
         begin_row(rng, i)
-        # Row: clip to the interval (eq. 3.6), round to the grid. A division a
-        # label is slow: for a power-of-two g with a finite inverse (0 if not)
-        # y * (1 / g) is y / g, both rounding the same real number.
-        v = y[i] * inv_granularity if inv_granularity > 0.0 else y[i] / granularity
-        u = np.int64(min(max(np.rint(v), float(u1)), float(u2)))
+        # Row: clip to the interval (eq. 3.6), round to the grid (y * (1 / g)
+        # is y / g for a power-of-two g; sample_labels divides for others).
+        u = np.int64(min(max(np.rint(y[i] * inv_granularity), float(u1)), float(u2)))
         d = _digit(rng)
         di = np.int64(d)
         rest = opaque((di - top) >> 63)  # -1: the rest (d < qd), 0: the window
         e = di - ((top + 1) & ~rest)
         part = -rest
-        r = _residue_by(float(e), parts[part, 0], parts[part, 2])
-        if e >= np.int64(parts[part, 1]) or di == top:  # rare
-            r = _grid_rare(di == top, part, frac, parts, rng)
+        r = _residue_by(float(e), sizes[part], inverses[part])
+        if e >= limits[part] or di == top:  # rare
+            r = _grid_rare(di == top, part, frac, sizes, rng)
             rest = opaque((r >> 63))  # the rare draw's part, in r's sign
             r = r ^ rest
         # The window: u - w + r. The rest: u1 - w + r below the window (r <
@@ -385,7 +383,7 @@ def _sample_grid(y, granularity, inv_granularity, u1, u2, w, parts, rng, out):
 
 
 @numba.njit(cache=True, nogil=True)
-def _grid_rare(tie, part, frac, parts, rng):
+def _grid_rare(tie, part, frac, sizes, rng):
     """:func:`_sample_grid` where the first digit does not decide: on a tie
     with qd the fraction decides the part (``bernoulli_exact``), and the
     position is drawn from fresh digits (``uniform_index``). Returns the
@@ -394,35 +392,36 @@ def _grid_rare(tie, part, frac, parts, rng):
     label."""
     if tie:
         part = np.int64(bernoulli_exact(frac, rng))
-    r = np.int64(uniform_index(parts[part, 0], rng))
+    r = np.int64(uniform_index(float(sizes[part]), rng))
     return ~r if part == 1 else r
 
 
 def grid_parts(u1, u2, w, rest_total):
-    """Constants of :func:`_sample_grid`: per part (row 0 the window, row 1
-    the rest) its number of outputs ``m`` (at least 1), the limit below
-    which the part's uniform digit has an exactly uniform residue mod ``m``
-    (a multiple of ``m``), ``1 / m``; and in row 0 ``qd, frac``, the
-    integer part and fraction of ``rest_total * 2**53``.
+    """Constants of :func:`_sample_grid`: per part (0 the window, 1 the rest)
+    its number of outputs (at least 1), the limit below which the part's
+    uniform digit has an exactly uniform residue mod that number (its
+    largest multiple in the digit's range), and its inverse; then ``qd,
+    frac``, the integer part and fraction of ``rest_total * 2**53``.
 
     The rest's digit is uniform on ``[0, qd)``, the window's on ``[0,
-    2**53 - qd - 1)``: the limits are those ranges' largest multiples of
-    ``m``.
+    2**53 - qd - 1)``.
+
+    Returns
+    -------
+    sizes, limits : ndarray of int64, shape (2,)
+    inverses : ndarray of float64, shape (2,)
+    qd, frac : float
     """
     qd, frac = split_probability(rest_total)
-    parts = np.zeros((2, 5))
-    parts[0, 3:] = qd, frac
-    for p, (m, span) in enumerate(((2 * w + 1, _DIGIT - qd - 1.0), (u2 - u1, qd))):
-        m = max(int(m), 1)
-        span = max(span, 0.0)
-        parts[p, :3] = m, span - math.fmod(span, m), 1.0 / m
-    return parts
+    sizes = np.array([2 * w + 1, max(u2 - u1, 1)], dtype=np.int64)
+    spans = [max(_DIGIT - qd - 1.0, 0.0), qd]
+    limits = np.array([s - math.fmod(s, m) for s, m in zip(spans, sizes.tolist())], dtype=np.int64)
+    return sizes, limits, 1.0 / sizes, qd, frac
 
 
 def inverse_step(granularity):
     """``1 / granularity`` where it is exact (a power-of-two step whose
-    inverse is finite: then ``y * (1 / g)`` is ``y / g``), else 0 (the
-    sampler divides)."""
+    inverse is finite: then ``y * (1 / g)`` is ``y / g``), else 0."""
     g = float(granularity)
     return 1.0 / g if math.frexp(g)[0] == 0.5 and g >= 2.0**-1022 else 0.0
 
@@ -437,11 +436,14 @@ def sample_labels(y, granularity, u1, u2, w, epsilon, rng):
     """
     g = float(granularity)
     y = np.ascontiguousarray(y, dtype=np.float64)
+    inv = inverse_step(g)
+    if inv == 0.0:  # not a power of two (never a mechanism's grid): divide first
+        y, inv = y / g, 1.0
     _, _, rest_total = _levels(u1, u2, w, epsilon)
     out = np.empty(y.shape[0])
     kernel_for(_sample_grid, rng, y.shape[0])(
-        y, g, inverse_step(g), np.int64(u1), np.int64(u2), np.int64(w),
-        grid_parts(u1, u2, w, float(rest_total)), rng, out,
+        y, inv, g, np.int64(u1), np.int64(u2), np.int64(w),
+        *grid_parts(u1, u2, w, float(rest_total)), rng, out,
     )
     return out
 
