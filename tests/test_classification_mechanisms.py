@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from _audit import audit_sampler
 from scipy import stats
 
 from skdp_label import BudgetAccountant
@@ -172,3 +173,143 @@ def test_temper_is_power_normalised():
     np.testing.assert_allclose(out[0], expected, rtol=1e-12)
     np.testing.assert_allclose(out[1], 0.25)
     np.testing.assert_allclose(temper(np.array([[1e-300, 1e-310]]), 0.01).sum(), 1.0)
+
+
+# -- the sampler of transform: one top-k set for every label ----------------------
+
+
+def _top_k_reference(codes, in_top, epsilon, rng):
+    """RR-Top-k as the mixture of :func:`rr_top_k_set_constants`, written
+    plainly (branches, ``%``, the twins of ``bernoulli_exact`` and
+    ``uniform_index``): the position in the set of each output."""
+    from skdp_label._kernels._sampling import bernoulli_exact, uniform_index
+    from skdp_label._kernels._twin import twin
+
+    bernoulli, uniform = twin(bernoulli_exact), twin(uniform_index)
+    members = np.flatnonzero(in_top).tolist()
+    k = len(members)
+    e = math.exp(-epsilon)
+    t = k * e / (1.0 + (k - 1) * e) * DIGIT
+    qd, frac = math.floor(t), t - math.floor(t)
+    out = []
+    for c in codes.tolist():
+        d = int(rng.random() * DIGIT)
+        inside = c in members
+        top = qd if inside else DIGIT  # P(a uniform member): u, or 1 outside the set
+        if d < top or (d == top and bernoulli(frac, rng)):
+            limit = top - top % k
+            out.append(d % k if d < limit else int(uniform(float(k), rng)))
+        else:
+            out.append(members.index(c))
+    return np.array(out)
+
+
+def _top_k_kernel(codes, in_top, epsilon, rng, use_twin=False, constants=None):
+    from skdp_label._kernels._top_k import _rr_top_k_set, rr_top_k_set_constants
+    from skdp_label._kernels._twin import twin
+
+    slot, c = rr_top_k_set_constants(in_top, epsilon)
+    k = int(np.sum(in_top))
+    out = np.empty(codes.shape[0], dtype=np.int64)
+    kernel = twin(_rr_top_k_set) if use_twin else _rr_top_k_set
+    kernel(codes, 0, slot, c if constants is None else constants, 1.0 / k, np.arange(k), rng, out)
+    return out
+
+
+DIGIT = 2**53
+_SETS = {
+    "3 of 7": np.isin(np.arange(7), [1, 4, 6]),
+    "1 of 5": np.isin(np.arange(5), [2]),
+    "all 6": np.ones(6, dtype=bool),
+    "6 of 9": np.isin(np.arange(9), [0, 1, 2, 3, 5, 8]),  # 2**53 mod 6 = 2: a rare region outside
+}
+
+
+@pytest.mark.parametrize("epsilon", [1e-9, 0.3, 2.0, 36.9])
+@pytest.mark.parametrize("name", list(_SETS))
+def test_top_k_set_sampler_reads_the_digits_of_its_reference(name, epsilon):
+    """The kernel (cases selected by masks, the residue by a multiplication)
+    and its Python twin give, digit for digit, the plain mixture: random
+    labels, then scripted digits in every rare region (a tie with u 2**53,
+    the digits between the limits and u 2**53 inside the set, the top of
+    the digit range outside it), where more digits are read."""
+    from skdp_label._kernels._top_k import rr_top_k_set_constants
+    from test_numerics import digits_used, scripted
+
+    in_top = _SETS[name]
+    n_classes = in_top.size
+    codes = np.random.default_rng(3).integers(0, n_classes, 3000)
+    expected = _top_k_reference(codes, in_top, epsilon, np.random.default_rng(4))
+    for use_twin in (False, True):
+        got = _top_k_kernel(codes, in_top, epsilon, np.random.default_rng(4), use_twin)
+        np.testing.assert_array_equal(got, expected)
+    _, (qd, _, limit_in, limit_out) = rr_top_k_set_constants(in_top, epsilon)
+    inside, outside = int(np.flatnonzero(in_top)[0]), np.flatnonzero(~in_top)
+    firsts = [(inside, int(limit_in)), (inside, int(qd)), (inside, max(int(qd) - 1, 0))]
+    firsts += [(int(c), d) for c in outside[:1] for d in (int(limit_out), DIGIT - 1)]
+    for code, first in firsts:
+        digits = [first, 12345, 2**52 + 7, 99, 5]
+        ref_rng, rng = scripted(digits), scripted(digits)
+        ref = _top_k_reference(np.array([code]), in_top, epsilon, ref_rng)
+        assert _top_k_kernel(np.array([code]), in_top, epsilon, rng)[0] == ref[0]
+        assert digits_used(rng) == digits_used(ref_rng)
+
+
+def test_top_k_set_reference_comparison_catches_a_wrong_limit():
+    """Mutation: a limit one modulus too high takes the residue of digits
+    that must read fresh ones (the rare region); the scripted digits of the
+    test above catch it."""
+    from skdp_label._kernels._top_k import rr_top_k_set_constants
+    from test_numerics import digits_used, scripted
+
+    in_top = _SETS["3 of 7"]
+    _, c = rr_top_k_set_constants(in_top, 0.3)
+    assert c[2] < c[0]  # a rare region inside the set
+    mutant = c.copy()
+    mutant[2] += 3
+    code, digits = np.array([1]), [int(c[2]), 12345, 2**52 + 7]
+    right, wrong = scripted(digits), scripted(digits)
+    _top_k_kernel(code, in_top, 0.3, right)
+    _top_k_kernel(code, in_top, 0.3, wrong, constants=mutant)
+    assert digits_used(right) == 2 and digits_used(wrong) == 1
+
+
+def test_top_k_set_reference_comparison_catches_a_wrong_mask(monkeypatch):
+    """Mutation: the twin with the masks' opaque() returning 0 (no label ever
+    takes the uniform member), on labels in the set."""
+    from skdp_label._kernels import _twin
+    from skdp_label._kernels._intrinsics import opaque
+
+    in_top = _SETS["3 of 7"]
+    codes = np.random.default_rng(3).choice(np.flatnonzero(in_top), 500)
+    expected = _top_k_reference(codes, in_top, 0.3, np.random.default_rng(4))
+    monkeypatch.setattr(_twin, "_TWINS", {})
+    monkeypatch.setitem(_twin._GLOBALS, id(opaque), lambda x: 0)
+    got = _top_k_kernel(codes, in_top, 0.3, np.random.default_rng(4), use_twin=True)
+    assert not np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize("epsilon", [0.4, 9.0])
+@pytest.mark.parametrize(
+    "classes, labels",
+    [
+        (np.arange(-2, 4), None),  # contiguous integers: coded in the kernel
+        (np.array([30, 10, 20, 0, 50, 40]), None),  # integers in a declared order
+        (np.array(["ant", "bee", "cat", "dog", "eel", "fox"]), None),  # strings
+        (np.arange(6), np.arange(6, dtype=np.float32)),  # float labels of integer classes
+    ],
+    ids=["contiguous", "declared-order", "strings", "float-labels"],
+)
+def test_transform_samples_the_transition_matrix(classes, labels, epsilon):
+    """transform's one-digit sampler against transition_matrix_ (support,
+    chi-square, every output expected often enough observed), inside and
+    outside the top-k set; the output dtype is the labels'."""
+    prior = [0.05, 0.3, 0.1, 0.25, 0.2, 0.1]
+    for mech in (RRTopK(epsilon, classes=classes, k=3, prior=prior),
+                 RRWithPrior(epsilon, classes=classes, prior=prior)):
+        mech.fit(classes[:1])
+        assert 1 < mech.k_ < 6 or epsilon > 5
+        audit_sampler(mech, labels=None if labels is None else classes, n_per_label=6000)
+        if labels is not None:
+            out = mech.transform(labels)
+            assert out.dtype == labels.dtype and set(out.tolist()) <= set(mech.top_k_.tolist())

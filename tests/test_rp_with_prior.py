@@ -544,34 +544,109 @@ def test_mutant_continuous_outputs_fail_the_sampler_audit():
         )
 
 
+def _grid_reference(y, g, u1, u2, w, rest_total, rng):
+    """The grid mechanism's one-digit draw written plainly (branches, ``%``,
+    the twins of ``bernoulli_exact`` and ``uniform_index``): d < qd the
+    rest, d > qd the window, a tie by the fraction; the position is the
+    part's uniform digit (d, or d - qd - 1) mod its size below the range's
+    largest multiple of it, else from fresh digits."""
+    from skdp_label._kernels._sampling import bernoulli_exact, uniform_index
+    from skdp_label._kernels._twin import twin
+
+    bernoulli, uniform = twin(bernoulli_exact), twin(uniform_index)
+    digit = 2**53
+    t = rest_total * digit
+    qd, frac = math.floor(t), t - math.floor(t)
+    out = []
+    for v in y:
+        u = int(min(max(np.rint(v / g), u1), u2))
+        d = int(rng.random() * digit)
+        e = None
+        if d < qd:
+            rest, e, span = True, d, qd
+        elif d > qd:
+            rest, e, span = False, d - qd - 1, digit - qd - 1
+        else:
+            rest = bernoulli(frac, rng)
+        m = max(u2 - u1, 1) if rest else 2 * w + 1
+        r = e % m if e is not None and e < span - span % m else int(uniform(float(m), rng))
+        if rest:
+            unit = u1 - w + r if r < u - u1 else u + w + 1 + (r - (u - u1))
+        else:
+            unit = u - w + r
+        out.append(float(unit) * g)
+    return np.array(out)
+
+
+def _grid_kernel(y, g, u1, u2, w, rest_total, rng, parts=None, use_twin=False):
+    """The compiled kernel (or its twin) as ``sample_labels`` calls it."""
+    from skdp_label._kernels._twin import twin
+    from skdp_label.mechanisms.rp_with_prior._interval import _sample_grid, grid_parts, inverse_step
+
+    y, inv = np.asarray(y, dtype=float), inverse_step(g)
+    if inv == 0.0:
+        y, inv = y / g, 1.0
+    out = np.empty(len(y))
+    kernel = twin(_sample_grid) if use_twin else _sample_grid
+    kernel(y, inv, g, np.int64(u1), np.int64(u2), np.int64(w),
+           *(grid_parts(u1, u2, w, rest_total) if parts is None else parts), rng, out)
+    return out
+
+
 @pytest.mark.parametrize(
     "u1, u2, w, rest_total",
     [(0, 10, 0, 0.3), (0, 10, 3, 0.0), (0, 10, 3, 1.0), (5, 6, 2, 0.5), (5, 5, 0, 0.2),
-     (0, 1000, 7, 1e-300), (-50, 50, 100, 0.999999), (0, 3, 1, 0.5)],
+     (0, 1000, 7, 1e-300), (-50, 50, 100, 0.999999), (0, 3, 1, 0.5), (0, 7, 2, 0.7)],
 )
 def test_grid_sampler_reads_the_digits_of_its_reference(u1, u2, w, rest_total):
-    """The compiled sampler (the Bernoulli and the uniform indices written out
-    with their constants hoisted) returns, digit for digit, what the plain
-    composition of ``bernoulli_exact`` and ``uniform_index`` returns (their
-    Python twins), including the parts that read no digit (rest mass 0 or 1,
-    one value) and a tie-free tiny rest mass."""
-    from skdp_label._kernels._sampling import bernoulli_exact, uniform_index
-    from skdp_label._kernels._twin import twin
-    from skdp_label.mechanisms.rp_with_prior._interval import _sample_grid
+    """The compiled sampler and its twin (masks, the residue by a
+    multiplication, constants from a table) return, digit for digit, the
+    plain one-digit draw: on random labels, including the parts that are
+    never or always chosen (rest mass 0 or 1) and one-value parts, then on
+    scripted first digits in every rare region (a tie with qd, the rest's
+    digits in [limit, qd), the window's above its limit), which read more
+    digits. Labels are rounded to the grid by a multiplication with the
+    inverse step (power-of-two steps) or a division (others): the same units
+    as ``rint(y / g)`` either way."""
+    from skdp_label.mechanisms.rp_with_prior._interval import grid_parts, inverse_step
+    from test_numerics import digits_used, scripted
 
-    bernoulli, uniform = twin(bernoulli_exact), twin(uniform_index)
-    y = np.random.default_rng(0).uniform(u1 - 3, u2 + 3, 2000)
-    rng = np.random.default_rng(1)
-    expected = []
-    for v in y:
-        u = int(min(max(np.rint(v), u1), u2))
-        if bernoulli(rest_total, rng):
-            r = int(uniform(float(u2 - u1), rng))
-            unit = u1 - w + r if r < u - u1 else u + w + 1 + (r - (u - u1))
-        else:
-            unit = u - w + int(uniform(float(2 * w + 1), rng))
-        expected.append(float(unit))
-    out = np.empty(y.shape[0])
-    _sample_grid(y, 1.0, np.int64(u1), np.int64(u2), np.int64(w), rest_total,
-                 np.random.default_rng(1), out)
-    np.testing.assert_array_equal(out, expected)
+    g = {0: 1.0, 1: 0.25, 2: 0.3}[(u1 + u2 + w) % 3]  # 0.3: not a power of two
+    assert (inverse_step(g) > 0) == (g != 0.3)
+    y = np.random.default_rng(0).uniform(u1 - 3, u2 + 3, 2000) * g
+    expected = _grid_reference(y, g, u1, u2, w, rest_total, np.random.default_rng(1))
+    for use_twin in (False, True):
+        out = _grid_kernel(y, g, u1, u2, w, rest_total, np.random.default_rng(1), use_twin=use_twin)
+        np.testing.assert_array_equal(out, expected)
+    _, limits, _, qd, _ = grid_parts(u1, u2, w, rest_total)
+    qd = int(qd)
+    firsts = {qd, int(limits[1]), qd - 1, 2**53 - 1, qd + 1 + int(limits[0])}
+    for first in sorted(d for d in firsts if 0 <= d < 2**53):
+        digits = [first, 2**52 + 12345, 777, 2**40]
+        ref_rng, rng = scripted(digits), scripted(digits)
+        ref = _grid_reference(y[:1], g, u1, u2, w, rest_total, ref_rng)
+        np.testing.assert_array_equal(_grid_kernel(y[:1], g, u1, u2, w, rest_total, rng), ref)
+        assert digits_used(rng) == digits_used(ref_rng)
+
+
+def test_grid_reference_comparison_catches_wrong_limits():
+    """Mutations: a rest limit one part size too high takes the residue of
+    digits in [limit, qd) (that must read fresh ones), a window limit one
+    too low reads fresh digits for the last digit whose residue is uniform
+    (e = limit - 1): scripted first digits catch both."""
+    from skdp_label.mechanisms.rp_with_prior._interval import grid_parts
+    from test_numerics import digits_used, scripted
+
+    u1, u2, w, rest_total = 0, 7, 2, 0.7
+    sizes, limits, inverses, qd, frac = grid_parts(u1, u2, w, rest_total)
+    assert limits[1] < qd  # a rare region in the rest
+    qd, window_limit = int(qd), int(limits[0])
+    assert qd + window_limit < 2**53  # the window's last digit with a uniform residue
+    for row, change, first in [(1, 7, int(limits[1])), (0, -1, qd + window_limit)]:
+        mutant = limits.copy()
+        mutant[row] += change
+        mutant = (sizes, mutant, inverses, qd, frac)
+        right, wrong = scripted([first, 2**52 + 5, 9]), scripted([first, 2**52 + 5, 9])
+        _grid_kernel([3.0], 1.0, u1, u2, w, rest_total, right)
+        _grid_kernel([3.0], 1.0, u1, u2, w, rest_total, wrong, parts=mutant)
+        assert digits_used(right) != digits_used(wrong)

@@ -576,8 +576,15 @@ def _residue(d, m):
     m = 1, 2), so its truncation is off by at most one, which the integer
     remainder corrects; 1 / m is loop-invariant (hoisted out of a kernel's
     loop)."""
+    return _residue_by(d, m, 1.0 / m)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _residue_by(d, m, inv_m):
+    """:func:`_residue` given ``inv_m = 1.0 / m``, for a kernel whose ``m``
+    varies per label (a table of moduli and their inverses: no division)."""
     mi = np.int64(m)
-    r = np.int64(d) - np.int64(d * (1.0 / m)) * mi
+    r = np.int64(d) - np.int64(d * inv_m) * mi
     if r < 0:
         r += mi
     elif r >= mi:

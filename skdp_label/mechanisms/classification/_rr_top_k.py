@@ -10,10 +10,16 @@ from numpy.typing import ArrayLike
 from sklearn.utils.validation import check_is_fitted
 
 from ..._accountant import BudgetAccountant
-from ..._kernels._top_k import rr_top_k_indices
+from ..._kernels._top_k import rr_top_k_indices, rr_top_k_set, rr_top_k_set_constants
 from .._base import BaseDiscreteMechanism
 from .._registry import register_mechanism
-from .._validation import NumberInterval, check_class_labels, check_classes, encode_classes
+from .._validation import (
+    NumberInterval,
+    check_class_labels,
+    check_classes,
+    contiguous_integer_classes,
+    encode_classes,
+)
 from ._solver import optimal_k, rr_top_k_matrix, top_k_order
 
 __all__ = ["RRTopK", "RRWithPrior"]
@@ -104,6 +110,7 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
         in_top[order[:k]] = True
         self.k_ = k
         self.top_k_ = classes[np.sort(order[:k])]
+        self._in_top = in_top
         self.transition_matrix_ = rr_top_k_matrix(in_top, float(self.epsilon))
 
     def choose_k(self, priors: ArrayLike) -> np.ndarray:
@@ -162,7 +169,22 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
         return noisy
 
     def _randomize_column(self, y, rng):
-        return self._as_label_dtype(super()._randomize_column(y, rng), y)
+        # RR-Top-k directly (one digit a label), not the generic sampler of
+        # the matrix: the same distribution, transition_matrix_.
+        slot, constants = rr_top_k_set_constants(self._in_top, float(self.epsilon))
+        top = self.output_values_[self._in_top]
+        contiguous = contiguous_integer_classes(self.input_values_)
+        if contiguous is not None and y.dtype.kind in "iuf" and (
+            -(2**63) <= contiguous[0] and contiguous[0] + contiguous[1] <= 2**63
+        ):
+            # Labels were validated: they are the integers lo..lo+k-1, coded
+            # by a subtraction in the kernel (no codes array).
+            work = np.ascontiguousarray(y, dtype=np.float64 if y.dtype.kind == "f" else np.int64)
+            noisy = rr_top_k_set(work, contiguous[0], slot, constants, top.astype(work.dtype), rng)
+        else:
+            codes = encode_classes(y, self.input_values_)
+            noisy = top[rr_top_k_set(codes, 0, slot, constants, np.arange(top.shape[0]), rng)]
+        return self._as_label_dtype(noisy, y)
 
 
 @register_mechanism("rr-top-k", task="classification")

@@ -49,8 +49,16 @@ import math
 import numba
 import numpy as np
 
+from ..._kernels._intrinsics import opaque
 from ..._kernels._philox import begin_row
-from ..._kernels._sampling import _DIGIT, _DIGIT_INT, _digit, _residue, bernoulli_exact
+from ..._kernels._sampling import (
+    _DIGIT,
+    _digit,
+    _residue_by,
+    bernoulli_exact,
+    split_probability,
+    uniform_index,
+)
 from ..._kernels._twin import kernel_for
 
 __all__ = [
@@ -339,45 +347,83 @@ def auto_window(nodes, values, probs, epsilon, granularity, loss="squared", n_co
 
 # -- sampling ------------------------------------------------------------------------
 @numba.njit(cache=True, nogil=True)
-def _sample_grid(y, granularity, u1, u2, w, rest_total, rng, out):
-    # The draws of bernoulli_exact(rest_total) and uniform_index(m) of the two
-    # parts, written out with their constants computed once (same digits, same
-    # outputs): the calls, and uniform_index's two int64 divisions a label,
-    # were most of the time per label. Written in the loop, not as inlined
-    # helpers taking rng (reference counting per label).
-    x = rest_total * _DIGIT
-    rest_qd = np.floor(x)
-    rest_frac = x - rest_qd  # bernoulli_exact's first digit vs rest_qd, then the fraction
-    n_rest, n_window = float(u2 - u1), float(2 * w + 1)
-    # Digits below these give an exactly uniform residue (uniform_index).
-    rest_limit = float(_DIGIT_INT - _DIGIT_INT % max(np.int64(n_rest), 1))
-    window_limit = float(_DIGIT_INT - _DIGIT_INT % max(np.int64(n_window), 1))
+def _sample_grid(y, inv_granularity, granularity, u1, u2, w, sizes, limits, inverses, qd, frac,
+                 rng, out):
+    # One digit d a label decides the part and the position in it:
+    # d < qd is the rest, d > qd the window (d == qd: a tie, rare); given the
+    # part, d (the rest) or d - qd - 1 (the window) is uniform on a range and
+    # its residue mod the part's size is the position when it lies below the
+    # part's limit (a multiple of the size), else fresh digits give it (rare).
+    # The coin flips select by masks, not branches (mispredicted on about
+    # every other label); per-part constants come from tables indexed by the
+    # part: two constants selected per label were folded by LLVM into a
+    # 64-bit division a label.
+    top = np.int64(qd)
+    n_window = 2 * w + 1
     for i in range(y.shape[0]):
         begin_row(rng, i)
-        # Row: clip to the interval (eq. 3.6), round to the grid.
-        u = np.int64(min(max(np.rint(y[i] / granularity), float(u1)), float(u2)))
-        if rest_total >= 1.0:
-            rest = True
-        elif rest_total > 0.0:
-            d = _digit(rng)
-            rest = d < rest_qd if d != rest_qd else bernoulli_exact(rest_frac, rng)
-        else:
-            rest = False
-        # A uniform index over the chosen part (rest or window).
-        m, limit = (n_rest, rest_limit) if rest else (n_window, window_limit)
-        r = np.int64(0)
-        if m > 1.0:
-            e = _digit(rng)
-            while e >= limit:
-                e = _digit(rng)
-            r = _residue(e, m)
-        if rest:
-            # rest outputs u1 - w .. u - w - 1, then u + w + 1 .. u2 + w
-            below = u - u1
-            unit = u1 - w + r if r < below else u + w + 1 + (r - below)
-        else:
-            unit = u - w + r
+        # Row: clip to the interval (eq. 3.6), round to the grid (y * (1 / g)
+        # is y / g for a power-of-two g; sample_labels divides for others).
+        u = np.int64(min(max(np.rint(y[i] * inv_granularity), float(u1)), float(u2)))
+        d = _digit(rng)
+        di = np.int64(d)
+        rest = opaque((di - top) >> 63)  # -1: the rest (d < qd), 0: the window
+        e = di - ((top + 1) & ~rest)
+        part = -rest
+        r = _residue_by(float(e), sizes[part], inverses[part])
+        if e >= limits[part] or di == top:  # rare
+            r = _grid_rare(di == top, part, frac, sizes, rng)
+            rest = opaque((r >> 63))  # the rare draw's part, in r's sign
+            r = r ^ rest
+        # The window: u - w + r. The rest: u1 - w + r below the window (r <
+        # u - u1), else n_window units further (past the window).
+        past = ~opaque((r - (u - u1)) >> 63)  # -1 when r >= u - u1
+        unit = u - w + r + (((u1 - u) + (n_window & past)) & rest)
         out[i] = float(unit) * granularity
+
+
+@numba.njit(cache=True, nogil=True)
+def _grid_rare(tie, part, frac, sizes, rng):
+    """:func:`_sample_grid` where the first digit does not decide: on a tie
+    with qd the fraction decides the part (``bernoulli_exact``), and the
+    position is drawn from fresh digits (``uniform_index``). Returns the
+    position, bit-inverted (``~r < 0``) for the rest. Not inlined: a helper
+    inlined with ``rng`` keeps its reference count, two atomic operations a
+    label."""
+    if tie:
+        part = np.int64(bernoulli_exact(frac, rng))
+    r = np.int64(uniform_index(float(sizes[part]), rng))
+    return ~r if part == 1 else r
+
+
+def grid_parts(u1, u2, w, rest_total):
+    """Constants of :func:`_sample_grid`: per part (0 the window, 1 the rest)
+    its number of outputs (at least 1), the limit below which the part's
+    uniform digit has an exactly uniform residue mod that number (its
+    largest multiple in the digit's range), and its inverse; then ``qd,
+    frac``, the integer part and fraction of ``rest_total * 2**53``.
+
+    The rest's digit is uniform on ``[0, qd)``, the window's on ``[0,
+    2**53 - qd - 1)``.
+
+    Returns
+    -------
+    sizes, limits : ndarray of int64, shape (2,)
+    inverses : ndarray of float64, shape (2,)
+    qd, frac : float
+    """
+    qd, frac = split_probability(rest_total)
+    sizes = np.array([2 * w + 1, max(u2 - u1, 1)], dtype=np.int64)
+    spans = [max(_DIGIT - qd - 1.0, 0.0), qd]
+    limits = np.array([s - math.fmod(s, m) for s, m in zip(spans, sizes.tolist())], dtype=np.int64)
+    return sizes, limits, 1.0 / sizes, qd, frac
+
+
+def inverse_step(granularity):
+    """``1 / granularity`` where it is exact (a power-of-two step whose
+    inverse is finite: then ``y * (1 / g)`` is ``y / g``), else 0."""
+    g = float(granularity)
+    return 1.0 / g if math.frexp(g)[0] == 0.5 and g >= 2.0**-1022 else 0.0
 
 
 def sample_labels(y, granularity, u1, u2, w, epsilon, rng):
@@ -385,13 +431,19 @@ def sample_labels(y, granularity, u1, u2, w, epsilon, rng):
     one release, in one pass: each label's unit ``clip(rint(y / granularity),
     u1, u2)``, then rest or window by an exact Bernoulli of the rest's total
     mass (exact for the float however small: large epsilon, wide windows),
-    then an exactly uniform integer over the chosen part, row by row.
+    then an exactly uniform integer over the chosen part, row by row, both
+    from one digit a label in the common case (:func:`_sample_grid`).
     """
+    g = float(granularity)
     y = np.ascontiguousarray(y, dtype=np.float64)
+    inv = inverse_step(g)
+    if inv == 0.0:  # not a power of two (never a mechanism's grid): divide first
+        y, inv = y / g, 1.0
     _, _, rest_total = _levels(u1, u2, w, epsilon)
     out = np.empty(y.shape[0])
     kernel_for(_sample_grid, rng, y.shape[0])(
-        y, float(granularity), np.int64(u1), np.int64(u2), np.int64(w), float(rest_total), rng, out
+        y, inv, g, np.int64(u1), np.int64(u2), np.int64(w),
+        *grid_parts(u1, u2, w, float(rest_total)), rng, out,
     )
     return out
 
