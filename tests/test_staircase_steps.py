@@ -109,3 +109,94 @@ def test_staircase_mechanism_uses_the_steps_and_keeps_its_noise_law():
     p = np.append(-np.diff(tails), tails[-1])
     assert chi_square_pvalue(blocks, np.arange(7), p) > 1e-4
     assert math.isclose((noise > 0).mean(), 0.5, abs_tol=0.01)
+
+
+def test_residue_by_is_the_integer_modulo():
+    """The step's uniform value ``e mod m`` by a float quotient with the
+    table's ``1 / m`` (no int64 division per label) equals the integer
+    modulo, compiled and in the twin, at the ends of the digit range and
+    around multiples of m, for sizes up to 2**53 - 1 and the mechanism's own
+    step sizes; the records hold exact limits and ``1.0 / m``. Mutation:
+    dropping the correction step (the truncated quotient alone) is off by m
+    on some of these digits."""
+    import numba
+
+    from skdp_label._kernels import _twin
+
+    @numba.njit
+    def residues(d, m, inv_m, out):
+        for i in range(d.shape[0]):
+            out[i] = S._residue_by(d[i], m, inv_m)
+
+    mech = Staircase(1.0, bounds=(0.0, 400.0)).fit([0.0])
+    lam, width, r = mech._staircase(mech.sensitivity_units_)
+    *_, starts, sizes = staircase_cell_table(lam, width, r)
+    records = S.step_records(starts, sizes)
+    np.testing.assert_array_equal(records[:, 1], sizes)
+    np.testing.assert_array_equal(records[:, 2].astype(np.int64), 2**53 - 2**53 % sizes)
+    np.testing.assert_array_equal(records[:, 3], 1.0 / sizes.astype(np.float64))
+    gen = np.random.default_rng(0)
+    wrong = 0
+    for m in [1, 2, 3, 7, 99, 255, 2**20 + 1, *np.unique(sizes)[:4], 2**40 - 3, 2**52 + 1, 2**53 - 1]:
+        m = int(m)
+        d = np.concatenate([
+            [0, 1, m - 1, m, m + 1, 2 * m - 1, 2**53 - 1, 2**53 - 2, 2**53 - m],
+            gen.integers(0, 2**53, 2000),
+            (gen.integers(0, 2**53 // m, 2000) * m + gen.choice([-1, 0, 1], 2000)),
+        ])
+        d = d[(d >= 0) & (d < 2**53)].astype(np.float64)
+        expected = d.astype(np.int64) % np.int64(m)
+        out = np.empty(d.shape[0], dtype=np.int64)
+        residues(d, float(m), 1.0 / m, out)
+        np.testing.assert_array_equal(out, expected)
+        twin = [_twin.twin(S._residue_by)(x, float(m), 1.0 / m) for x in d[:300]]
+        np.testing.assert_array_equal(twin, expected[:300])
+        wrong += np.count_nonzero(
+            d.astype(np.int64) - (d * (1.0 / m)).astype(np.int64) * m != expected
+        )
+    assert wrong > 0
+
+
+@pytest.mark.parametrize("table", ["values", "steps"])
+@pytest.mark.parametrize("compiled", [True, False])
+def test_bulk_first_digit_around_the_tail_threshold(table, compiled):
+    """The bulk kernel's first digit d against the tail threshold qd (the
+    rare path is a separate helper that returns nan for the bulk): d < qd is
+    the tail (|z| >= m0), d = qd reads the tie digit (below the fraction's
+    digit: tail; above: the bulk at the table's first cell, using only those
+    two digits for a value table), d = qd + 1 is the bulk; compiled and in
+    the twin, the same digits and values."""
+    from skdp_label._kernels import _twin
+    from skdp_label.mechanisms.classic._noise import staircase_alias_table
+    from test_numerics import digits_used, scripted
+
+    lam, width, r = (0.05, 1, 1) if table == "values" else (0.8, 40, 12)
+    if table == "values":
+        m0, tail, prob, alias = staircase_alias_table(lam, width, r)
+        steps = None
+    else:
+        m0, tail, prob, alias, starts, sizes = staircase_cell_table(
+            lam, width, r, min_probability=1e-4
+        )
+        steps = S.step_records(starts, sizes)
+    bulk = S.bulk_constants(m0, tail, prob.shape[0])
+    qd, frac = int(bulk[0]), bulk[1]
+    tie = math.floor(frac * 2**53)
+    assert qd > 0 and tie > 0
+    first = (np.int64(alias[0]) if prob[0] <= 0.0 else 0) - (prob.shape[0] - 1) // 2
+    kernel = S._staircase_additive_bulk if compiled else _twin.twin(S._staircase_additive_bulk)
+    c = S.staircase_constants(lam, width, r)
+    for digits, in_tail in [
+        ([qd - 1], True), ([qd, tie - 1], True), ([qd, tie + 1], False), ([qd + 1], False),
+    ]:
+        src = scripted(digits + [12345] * 40)
+        out = np.empty(1)
+        kernel(
+            np.zeros(1), src, 1.0, c, bulk, S.alias_records(prob, alias),
+            S._NO_OFFSETS, S._NO_STEPS if steps is None else steps, False, 0.0, 0.0, out,
+        )
+        assert (abs(out[0]) >= m0) == in_tail, digits
+        if table == "values" and digits == [qd, tie + 1]:
+            assert out[0] == first and digits_used(src) == 2
+        if table == "values" and digits == [qd + 1]:
+            assert digits_used(src) == 1
