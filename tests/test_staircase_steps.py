@@ -113,7 +113,7 @@ def test_staircase_mechanism_uses_the_steps_and_keeps_its_noise_law():
 
 def test_residue_by_is_the_integer_modulo():
     """The step's uniform value ``e mod m`` by a float quotient with the
-    table's ``1 / m`` (no int64 division per label) equals the integer
+    table's ``1 / m`` (no int64 division, all in floats) equals the integer
     modulo, compiled and in the twin, at the ends of the digit range and
     around multiples of m, for sizes up to 2**53 - 1 and the mechanism's own
     step sizes; the records hold exact limits and ``1.0 / m``. Mutation:
@@ -126,7 +126,7 @@ def test_residue_by_is_the_integer_modulo():
     @numba.njit
     def residues(d, m, inv_m, out):
         for i in range(d.shape[0]):
-            out[i] = S._residue_by(d[i], m, inv_m)
+            out[i] = np.int64(S._residue_by(d[i], m, inv_m))
 
     mech = Staircase(1.0, bounds=(0.0, 400.0)).fit([0.0])
     lam, width, r = mech._staircase(mech.sensitivity_units_)
@@ -151,9 +151,8 @@ def test_residue_by_is_the_integer_modulo():
         np.testing.assert_array_equal(out, expected)
         twin = [_twin.twin(S._residue_by)(x, float(m), 1.0 / m) for x in d[:300]]
         np.testing.assert_array_equal(twin, expected[:300])
-        wrong += np.count_nonzero(
-            d.astype(np.int64) - (d * (1.0 / m)).astype(np.int64) * m != expected
-        )
+        # The mutant: the floored quotient without the correction.
+        wrong += np.count_nonzero(d - np.floor(d * (1.0 / m)) * m != expected)
     assert wrong > 0
 
 
@@ -200,3 +199,47 @@ def test_bulk_first_digit_around_the_tail_threshold(table, compiled):
             assert out[0] == first and digits_used(src) == 2
         if table == "values" and digits == [qd + 1]:
             assert digits_used(src) == 1
+
+
+def test_alias_records_pick_as_the_table():
+    """The packed records' threshold t_j (the smallest float >= j + prob[j])
+    picks exactly what the table's ``v - j < prob[j]`` does, compiled and in
+    the twin, at every float around every threshold and cell edge (random
+    tables, and one with thresholds 1, 0 and a rounding leftover above 1).
+    Mutation: the rounded sum fl(j + prob[j]) as the threshold differs where
+    it rounded down."""
+    import numba
+
+    from skdp_label._kernels import _twin
+    from skdp_label.mechanisms.classic._noise import alias_table
+
+    @numba.njit
+    def picks(v, records, out):
+        for i in range(v.shape[0]):
+            out[i] = S._alias_pick(v[i], records)
+
+    gen = np.random.default_rng(5)
+    tables = [alias_table(gen.random(k) ** 3) for k in (3, 50, 3000)]
+    tables.append((np.array([1.0, 0.0, 1.0 + 2**-52, 0.3]), np.array([0, 3, 2, 0])))
+    mutant_wrong = 0
+    for prob, alias in tables:
+        k = prob.shape[0]
+        j = np.arange(k, dtype=np.float64)
+        total = j + prob
+        v = np.concatenate([
+            j, np.nextafter(j + 1.0, 0.0), total, np.nextafter(total, np.inf),
+            np.nextafter(total, -np.inf), j + gen.random(k), [float(k)],
+        ])
+        v = v[(v >= 0.0) & (v <= k)]
+        cell = np.minimum(v.astype(np.int64), k - 1)
+        keep = v - cell < prob[cell]
+        expected = np.where(keep, cell, alias[cell]).astype(np.float64)
+        records = S.alias_records(prob, alias)
+        out = np.empty(v.shape[0])
+        picks(v, records, out)
+        np.testing.assert_array_equal(out, expected)
+        twin = [_twin.twin(S._alias_pick)(x, records) for x in v[:400]]
+        np.testing.assert_array_equal(twin, expected[:400])
+        mutant = np.where(v < total[cell], cell, alias[cell])
+        mutant_wrong += np.count_nonzero(mutant != expected)
+    assert mutant_wrong > 0

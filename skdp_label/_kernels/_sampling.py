@@ -365,12 +365,20 @@ def bulk_constants(m0, tail_probability, n_entries, cell=1):
 
 def alias_records(prob, alias):
     """An alias table ``(prob, alias)`` packed for :func:`_alias_pick`: one
-    16-byte record (threshold, alias as a float) per cell, so that a pick
-    reads one cache line and converts no integer."""
-    records = np.empty(2 * prob.shape[0])
-    records[0::2] = prob
-    records[1::2] = alias
-    return records
+    24-byte record per cell j, (t_j, alias, j - alias) in floats, so that a
+    pick reads one cache line and converts no integer back to a float.
+
+    The pick keeps j when v - j < prob[j] (v - j exact for v in [j, j + 1]),
+    that is when v < j + prob[j] as reals, that is when v < t_j, the
+    smallest float >= j + prob[j]: fl(j + prob[j]), or the next float up
+    when that rounded down (its difference from j, exact, is below prob[j]).
+    The same picks as the table, digit for digit."""
+    prob = np.asarray(prob, dtype=np.float64)
+    j = np.arange(prob.shape[0], dtype=np.float64)
+    total = j + prob
+    threshold = np.where(total - j < prob, np.nextafter(total, np.inf), total)
+    other = np.asarray(alias, dtype=np.float64)
+    return np.ascontiguousarray(np.stack([threshold, other, j - other], axis=1).reshape(-1))
 
 
 _NO_OFFSETS = alias_records(np.ones(1), np.zeros(1, dtype=np.int64))  # a value table's offsets
@@ -427,29 +435,31 @@ def staircase_additive_bulk(
 @numba.njit(cache=True, nogil=True, inline="always")
 def _alias_pick(v, records):
     """The entry an alias table (:func:`alias_records`) picks for ``v``
-    uniform on [0, k): cell j = floor(v), kept if v - j < its threshold,
+    uniform on [0, k): cell j = floor(v), kept if v is below its threshold,
     else its alias (as a float)."""
-    j = min(np.int64(v), records.shape[0] // 2 - 1)
-    a = records[2 * j + 1]
+    at = 3 * min(np.int64(v), records.shape[0] // 3 - 1)
     # Selected by arithmetic on floats (exact integers): an integer or
     # boolean select lets LLVM turn it into a branch on the loaded
     # threshold, mispredicted about half the time (5x slower).
-    return a + (v - j < records[2 * j]) * (j - a)
+    return records[at + 1] + (v < records[at]) * records[at + 2]
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _residue_by(d, m, inv_m):
-    """``d mod m`` (an int64) for integers ``0 <= d < 2**53`` and ``m >= 1``
-    held in floats, with ``inv_m = 1.0 / m`` (the float division, computed
-    once per table entry): :func:`_residue` without its division, the same
-    argument (the truncated float quotient is off by at most one, which the
-    integer remainder corrects)."""
-    mi = np.int64(m)
-    r = np.int64(d) - np.int64(d * inv_m) * mi
-    if r < 0:
-        r += mi
-    elif r >= mi:
-        r -= mi
+    """``d mod m`` for integers ``0 <= d < 2**53`` and ``1 <= m < 2**53``
+    held in floats, with ``inv_m = 1.0 / m`` (computed once per table
+    entry), as a float: exactly ``float(np.int64(d) % np.int64(m))`` without
+    the int64 division, nor the float/int conversions of :func:`_residue`.
+    The float quotient d * inv_m is within (d / m) 2**-52 of d / m (two
+    roundings), so its floor q is floor(d / m), or one more when d = q m - t
+    with t <= d 2**-52 < 2, i.e. t = 1: q m <= d + 1 <= 2**53 is a product of
+    integers that float64 holds exactly, and so is d - q m, which the
+    correction brings into [0, m)."""
+    r = d - np.floor(d * inv_m) * m
+    if r < 0.0:
+        r += m
+    elif r >= m:
+        r -= m
     return r
 
 
@@ -469,7 +479,7 @@ def _staircase_tail(d, qd, frac, c, m0, rng):
 @numba.njit(cache=True, nogil=True)
 def _staircase_additive_bulk(y, rng, granularity, c, bulk, records, offsets, steps, clip, lo, hi, out):
     qd, frac, scale, m0, cell, offset_scale = bulk[0], bulk[1], bulk[2], bulk[3], bulk[4], bulk[5]
-    half = (records.shape[0] // 2 - 1) // 2  # entries -half, ..., half
+    half = (records.shape[0] // 3 - 1) // 2  # entries -half, ..., half
     inv_granularity = 1.0 / granularity
     for i in range(y.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
@@ -482,7 +492,7 @@ def _staircase_additive_bulk(y, rng, granularity, c, bulk, records, offsets, ste
             e = _digit(rng)
             while e >= steps[j, 2]:  # probability below m / 2**53
                 e = _digit(rng)
-            z = steps[j, 0] + float(_residue_by(e, steps[j, 1], steps[j, 3]))
+            z = steps[j, 0] + _residue_by(e, steps[j, 1], steps[j, 3])
         elif z != z:
             z = _alias_pick((d - qd) * scale, records) - half
             if cell > 1.0 and z != 0.0:
