@@ -398,7 +398,8 @@ def step_records(starts, sizes):
 
 
 def staircase_additive_bulk(
-    y, rng, granularity, c, bulk, prob, alias, clip, lo, hi, offsets=None, steps=None
+    y, rng, granularity, c, bulk, prob, alias, clip, lo, hi, offsets=None, steps=None,
+    records=None,
 ):
     """:func:`staircase_additive` with the bulk from an alias table.
 
@@ -422,14 +423,23 @@ def staircase_additive_bulk(
     on a fine grid, ``staircase_cell_table``) has entries of equal-weight
     values ``start, ..., start + m - 1``; the value is drawn uniformly inside
     the entry from a fresh digit (exactly, by rejection).
+
+    ``records``: :func:`bulk_records` of the tables, if kept from an earlier
+    call (packing a large table costs about as much as 10,000 labels).
     """
+    cells, offset_cells = bulk_records(prob, alias, offsets) if records is None else records
     out = np.empty(y.shape[0], dtype=np.float64)
     kernel_for(_staircase_additive_bulk, rng, y.shape[0])(
-        y, rng, granularity, c, bulk, alias_records(prob, alias),
-        _NO_OFFSETS if offsets is None else alias_records(*offsets),
+        y, rng, granularity, c, bulk, cells, offset_cells,
         _NO_STEPS if steps is None else steps, clip, lo, hi, out,
     )
     return out
+
+
+def bulk_records(prob, alias, offsets=None):
+    """The :func:`alias_records` of :func:`staircase_additive_bulk`'s
+    tables: the bulk's, and the offsets' (a value table's if None)."""
+    return alias_records(prob, alias), _NO_OFFSETS if offsets is None else alias_records(*offsets)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -477,7 +487,9 @@ def _staircase_tail(d, qd, frac, c, m0, rng):
 
 
 @numba.njit(cache=True, nogil=True)
-def _staircase_additive_bulk(y, rng, granularity, c, bulk, records, offsets, steps, clip, lo, hi, out):
+def _staircase_additive_bulk(
+    y, rng, granularity, c, bulk, records, offsets, steps, clip, lo, hi, out
+):
     qd, frac, scale, m0, cell, offset_scale = bulk[0], bulk[1], bulk[2], bulk[3], bulk[4], bulk[5]
     half = (records.shape[0] // 3 - 1) // 2  # entries -half, ..., half
     inv_granularity = 1.0 / granularity
