@@ -366,7 +366,8 @@ def bulk_constants(m0, tail_probability, n_entries, cell=1):
 def alias_records(prob, alias):
     """An alias table ``(prob, alias)`` packed for :func:`_alias_pick`: one
     24-byte record per cell j, (t_j, alias, j - alias) in floats, so that a
-    pick reads one cache line and converts no integer back to a float.
+    pick reads one record (not two arrays) and converts no integer back to a
+    float.
 
     The pick keeps j when v - j < prob[j] (v - j exact for v in [j, j + 1]),
     that is when v < j + prob[j] as reals, that is when v < t_j, the
