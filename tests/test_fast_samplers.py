@@ -17,7 +17,7 @@ from scipy import stats
 from _audit import chi_square_pvalue
 from skdp_label._kernels import _sampling as S
 from skdp_label.mechanisms.unbiased import randomized_rounding_indices
-from test_numerics import DIGIT, _implied, scripted
+from test_numerics import DIGIT, _implied, residue_digits, scripted
 
 
 # The compiled kernels, whatever the size (small calls would run the Python
@@ -270,12 +270,7 @@ def test_residue_is_the_integer_modulo():
     gen = np.random.default_rng(0)
     wrong = 0
     for m in [1, 2, 3, 7, 99, 100, 255, 2**20 + 1, 2**40 - 3, 2**52 + 1, 2**53 - 1]:
-        d = np.concatenate([
-            [0, 1, m - 1, m, m + 1, 2 * m - 1, 2**53 - 1, 2**53 - 2, 2**53 - m],
-            gen.integers(0, 2**53, 2000),
-            (gen.integers(0, 2**53 // m, 2000) * m + gen.choice([-1, 0, 1], 2000)),
-        ])
-        d = d[(d >= 0) & (d < 2**53)].astype(np.float64)
+        d = residue_digits(m, gen)
         expected = d.astype(np.int64) % np.int64(m)
         out = np.empty(d.shape[0], dtype=np.int64)
         residues(d, float(m), out)

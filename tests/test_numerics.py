@@ -84,6 +84,17 @@ def scripted(digits):
     return np.random.Generator(bit_generator)
 
 
+def residue_digits(m, gen):
+    """Digits d in [0, 2**53) to check ``d mod m`` on (as floats): the ends of
+    the range, around m, random ones, and one either side of multiples of m."""
+    d = np.concatenate([
+        [0, 1, m - 1, m, m + 1, 2 * m - 1, 2**53 - 1, 2**53 - 2, 2**53 - m],
+        gen.integers(0, 2**53, 2000),
+        (gen.integers(0, 2**53 // m, 2000) * m + gen.choice([-1, 0, 1], 2000)),
+    ])
+    return d[(d >= 0) & (d < 2**53)].astype(np.float64)
+
+
 def digits_used(rng):
     """Digits a scripted Generator has given out."""
     return rng.bit_generator.state["state"]["pos"] // 2

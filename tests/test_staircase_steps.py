@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from _audit import chi_square_pvalue
+from test_numerics import residue_digits
 from skdp_label._kernels import _sampling as S
 from skdp_label.mechanisms import Staircase
 from skdp_label.mechanisms.classic._noise import (
@@ -109,3 +110,132 @@ def test_staircase_mechanism_uses_the_steps_and_keeps_its_noise_law():
     p = np.append(-np.diff(tails), tails[-1])
     assert chi_square_pvalue(blocks, np.arange(7), p) > 1e-4
     assert math.isclose((noise > 0).mean(), 0.5, abs_tol=0.01)
+
+
+def test_float_residue_is_the_integer_modulo():
+    """The step's uniform value ``e mod m`` by a float quotient with the
+    table's ``1 / m`` (no int64 division, all in floats) equals the integer
+    modulo, compiled and in the twin, at the ends of the digit range and
+    around multiples of m, for sizes up to 2**53 - 1 and the mechanism's own
+    step sizes; the records hold exact limits and ``1.0 / m``. Mutation:
+    dropping the correction step (the truncated quotient alone) is off by m
+    on some of these digits."""
+    import numba
+
+    from skdp_label._kernels import _twin
+
+    @numba.njit
+    def residues(d, m, inv_m, out):
+        for i in range(d.shape[0]):
+            out[i] = np.int64(S._float_residue(d[i], m, inv_m))
+
+    mech = Staircase(1.0, bounds=(0.0, 400.0)).fit([0.0])
+    lam, width, r = mech._staircase(mech.sensitivity_units_)
+    *_, starts, sizes = staircase_cell_table(lam, width, r)
+    records = S.step_records(starts, sizes)
+    np.testing.assert_array_equal(records[:, 1], sizes)
+    np.testing.assert_array_equal(records[:, 2].astype(np.int64), 2**53 - 2**53 % sizes)
+    np.testing.assert_array_equal(records[:, 3], 1.0 / sizes.astype(np.float64))
+    gen = np.random.default_rng(0)
+    wrong = 0
+    own = [int(m) for m in np.unique(sizes)[:4]]
+    for m in [1, 2, 3, 7, 99, 255, 2**20 + 1, *own, 2**40 - 3, 2**52 + 1, 2**53 - 1]:
+        d = residue_digits(m, gen)
+        expected = d.astype(np.int64) % np.int64(m)
+        out = np.empty(d.shape[0], dtype=np.int64)
+        residues(d, float(m), 1.0 / m, out)
+        np.testing.assert_array_equal(out, expected)
+        twin = [_twin.twin(S._float_residue)(x, float(m), 1.0 / m) for x in d[:300]]
+        np.testing.assert_array_equal(twin, expected[:300])
+        # The mutant: the floored quotient without the correction.
+        wrong += np.count_nonzero(d - np.floor(d * (1.0 / m)) * m != expected)
+    assert wrong > 0
+
+
+@pytest.mark.parametrize("table", ["values", "steps"])
+@pytest.mark.parametrize("compiled", [True, False])
+def test_bulk_first_digit_around_the_tail_threshold(table, compiled):
+    """The bulk kernel's first digit d against the tail threshold qd (the
+    rare path is a separate helper that returns nan for the bulk): d < qd is
+    the tail (|z| >= m0), d = qd reads the tie digit (below the fraction's
+    digit: tail; above: the bulk at the table's first cell, using only those
+    two digits for a value table), d = qd + 1 is the bulk; compiled and in
+    the twin, the same digits and values."""
+    from skdp_label._kernels import _twin
+    from skdp_label.mechanisms.classic._noise import staircase_alias_table
+    from test_numerics import digits_used, scripted
+
+    lam, width, r = (0.05, 1, 1) if table == "values" else (0.8, 40, 12)
+    if table == "values":
+        m0, tail, prob, alias = staircase_alias_table(lam, width, r)
+        steps = None
+    else:
+        m0, tail, prob, alias, starts, sizes = staircase_cell_table(
+            lam, width, r, min_probability=1e-4
+        )
+        steps = S.step_records(starts, sizes)
+    bulk = S.bulk_constants(m0, tail, prob.shape[0])
+    qd, frac = int(bulk[0]), bulk[1]
+    tie = math.floor(frac * 2**53)
+    assert qd > 0 and tie > 0
+    first = (np.int64(alias[0]) if prob[0] <= 0.0 else 0) - (prob.shape[0] - 1) // 2
+    kernel = S._staircase_additive_bulk if compiled else _twin.twin(S._staircase_additive_bulk)
+    c = S.staircase_constants(lam, width, r)
+    for digits, in_tail in [
+        ([qd - 1], True), ([qd, tie - 1], True), ([qd, tie + 1], False), ([qd + 1], False),
+    ]:
+        src = scripted(digits + [12345] * 40)
+        out = np.empty(1)
+        kernel(
+            np.zeros(1), src, 1.0, c, bulk, S.alias_records(prob, alias),
+            S._NO_OFFSETS, S._NO_STEPS if steps is None else steps, False, 0.0, 0.0, out,
+        )
+        assert (abs(out[0]) >= m0) == in_tail, digits
+        if table == "values" and digits == [qd, tie + 1]:
+            assert out[0] == first and digits_used(src) == 2
+        if table == "values" and digits == [qd + 1]:
+            assert digits_used(src) == 1
+
+
+def test_alias_records_pick_as_the_table():
+    """The packed records' threshold t_j (the smallest float >= j + prob[j])
+    picks exactly what the table's ``v - j < prob[j]`` does, compiled and in
+    the twin, at every float around every threshold and cell edge (random
+    tables, and one with thresholds 1, 0 and a rounding leftover above 1).
+    Mutation: the rounded sum fl(j + prob[j]) as the threshold differs where
+    it rounded down."""
+    import numba
+
+    from skdp_label._kernels import _twin
+    from skdp_label.mechanisms.classic._noise import alias_table
+
+    @numba.njit
+    def picks(v, records, out):
+        for i in range(v.shape[0]):
+            out[i] = S._alias_pick(v[i], records)
+
+    gen = np.random.default_rng(5)
+    tables = [alias_table(gen.random(k) ** 3) for k in (3, 50, 3000)]
+    tables.append((np.array([1.0, 0.0, 1.0 + 2**-52, 0.3]), np.array([0, 3, 2, 0])))
+    mutant_wrong = 0
+    for prob, alias in tables:
+        k = prob.shape[0]
+        j = np.arange(k, dtype=np.float64)
+        total = j + prob
+        v = np.concatenate([
+            j, np.nextafter(j + 1.0, 0.0), total, np.nextafter(total, np.inf),
+            np.nextafter(total, -np.inf), j + gen.random(k), [float(k)],
+        ])
+        v = v[(v >= 0.0) & (v <= k)]
+        cell = np.minimum(v.astype(np.int64), k - 1)
+        keep = v - cell < prob[cell]
+        expected = np.where(keep, cell, alias[cell]).astype(np.float64)
+        records = S.alias_records(prob, alias)
+        out = np.empty(v.shape[0])
+        picks(v, records, out)
+        np.testing.assert_array_equal(out, expected)
+        twin = [_twin.twin(S._alias_pick)(x, records) for x in v[:400]]
+        np.testing.assert_array_equal(twin, expected[:400])
+        mutant = np.where(v < total[cell], cell, alias[cell])
+        mutant_wrong += np.count_nonzero(mutant != expected)
+    assert mutant_wrong > 0

@@ -117,7 +117,11 @@ def test_gaussian_twins_are_the_kernels(sigma):
     runs = []
     for pick in (_twin.twin, lambda kernel: kernel):
         rng, out, noise = np.random.default_rng(6), np.empty(y.shape[0]), np.empty(300)
-        pick(S._gaussian_additive)(y, rng, 0.5, *table, True, -3.0 * sigma, 3.0 * sigma, out)
+        g, prob, alias, squeeze = table
+        pick(S._gaussian_additive)(
+            y, rng, 0.5, g, S.alias_records(prob, alias), squeeze, True, -3.0 * sigma,
+            3.0 * sigma, out,
+        )
         pick(S._discrete_gaussian)(rng, sigma, c, noise)
         runs.append((out, noise, _state(rng)))
     assert table[0][4] == (16.0 if sigma > 100 else 1.0)

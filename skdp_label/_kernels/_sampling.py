@@ -363,22 +363,44 @@ def bulk_constants(m0, tail_probability, n_entries, cell=1):
     return np.array([qd, frac, n_entries / (_DIGIT - qd), float(m0), float(cell), cell / _DIGIT])
 
 
-_NO_OFFSETS = (np.ones(1), np.zeros(1, dtype=np.int64))  # the offset table of a value table
-_NO_STEPS = np.zeros((0, 3), dtype=np.int64)
+def alias_records(prob, alias):
+    """An alias table ``(prob, alias)`` packed for :func:`_alias_pick`: one
+    24-byte record per cell j, (t_j, alias, j - alias) in floats, so that a
+    pick reads one record (not two arrays) and converts no integer back to a
+    float.
+
+    The pick keeps j when v - j < prob[j] (v - j exact for v in [j, j + 1]),
+    that is when v < j + prob[j] as reals, that is when v < t_j, the
+    smallest float >= j + prob[j]: fl(j + prob[j]), or the next float up
+    when that rounded down (its difference from j, exact, is below prob[j]).
+    The same picks as the table, digit for digit."""
+    prob = np.asarray(prob, dtype=np.float64)
+    j = np.arange(prob.shape[0], dtype=np.float64)
+    total = j + prob
+    threshold = np.where(total - j < prob, np.nextafter(total, np.inf), total)
+    other = np.asarray(alias, dtype=np.float64)
+    return np.ascontiguousarray(np.stack([threshold, other, j - other], axis=1).reshape(-1))
+
+
+_NO_OFFSETS = alias_records(np.ones(1), np.zeros(1, dtype=np.int64))  # a value table's offsets
+_NO_STEPS = np.zeros((0, 4))
 
 
 def step_records(starts, sizes):
     """The ``steps`` of :func:`staircase_additive_bulk`: per entry, its first
-    value, its number of values m, and 2**53 - (2**53 mod m), below which a
-    digit's residue mod m is exactly uniform."""
+    value, its number of values m, 2**53 - (2**53 mod m), below which a
+    digit's residue mod m is exactly uniform, and 1 / m (for
+    :func:`_float_residue`); all exact integers but 1 / m, as floats."""
     sizes = np.asarray(sizes, dtype=np.int64)
-    return np.ascontiguousarray(
-        np.stack([np.asarray(starts, np.int64), sizes, _DIGIT_INT - _DIGIT_INT % sizes], axis=1)
-    )
+    return np.ascontiguousarray(np.stack([
+        np.asarray(starts, np.int64).astype(np.float64), sizes.astype(np.float64),
+        (_DIGIT_INT - _DIGIT_INT % sizes).astype(np.float64), 1.0 / sizes.astype(np.float64),
+    ], axis=1))
 
 
 def staircase_additive_bulk(
-    y, rng, granularity, c, bulk, prob, alias, clip, lo, hi, offsets=None, steps=None
+    y, rng, granularity, c, bulk, prob, alias, clip, lo, hi, offsets=None, steps=None,
+    records=None,
 ):
     """:func:`staircase_additive` with the bulk from an alias table.
 
@@ -402,51 +424,92 @@ def staircase_additive_bulk(
     on a fine grid, ``staircase_cell_table``) has entries of equal-weight
     values ``start, ..., start + m - 1``; the value is drawn uniformly inside
     the entry from a fresh digit (exactly, by rejection).
+
+    ``records``: :func:`bulk_records` of the tables, if kept from an earlier
+    call (packing a large table costs about as much as 10,000 labels).
     """
-    offset_prob, offset_alias = _NO_OFFSETS if offsets is None else offsets
+    cells, offset_cells = bulk_records(prob, alias, offsets) if records is None else records
     out = np.empty(y.shape[0], dtype=np.float64)
     kernel_for(_staircase_additive_bulk, rng, y.shape[0])(
-        y, rng, granularity, c, bulk, prob, alias, offset_prob, offset_alias,
+        y, rng, granularity, c, bulk, cells, offset_cells,
         _NO_STEPS if steps is None else steps, clip, lo, hi, out,
     )
     return out
 
 
+def bulk_records(prob, alias, offsets=None):
+    """The :func:`alias_records` of :func:`staircase_additive_bulk`'s
+    tables: the bulk's, and the offsets' (a value table's if None)."""
+    return alias_records(prob, alias), _NO_OFFSETS if offsets is None else alias_records(*offsets)
+
+
 @numba.njit(cache=True, nogil=True, inline="always")
-def _alias_pick(v, prob, alias):
-    """The entry an alias table picks for ``v`` uniform on [0, k): cell
-    j = floor(v), kept if v - j < prob[j], else alias[j] (as a float)."""
-    j = min(np.int64(v), prob.shape[0] - 1)
-    a = float(alias[j])
+def _alias_pick(v, records):
+    """The entry an alias table (:func:`alias_records`) picks for ``v``
+    uniform on [0, k): cell j = floor(v), kept if v is below its threshold,
+    else its alias (as a float)."""
+    at = 3 * min(np.int64(v), records.shape[0] // 3 - 1)
     # Selected by arithmetic on floats (exact integers): an integer or
     # boolean select lets LLVM turn it into a branch on the loaded
     # threshold, mispredicted about half the time (5x slower).
-    return a + (v - j < prob[j]) * (j - a)
+    return records[at + 1] + (v < records[at]) * records[at + 2]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _float_residue(d, m, inv_m):
+    """``d mod m`` for integers ``0 <= d < 2**53`` and ``1 <= m < 2**53``
+    held in floats, with ``inv_m = 1.0 / m`` (computed once per table
+    entry), as a float: exactly ``float(np.int64(d) % np.int64(m))`` without
+    the int64 division, nor the float/int conversions of :func:`_residue`.
+    The float quotient d * inv_m is within (d / m) 2**-52 of d / m (two
+    roundings), so its floor q is floor(d / m), or one more when d = q m - t
+    with t <= d 2**-52 < 2, i.e. t = 1: q m <= d + 1 <= 2**53 is a product of
+    integers that float64 holds exactly, and so is d - q m, which the
+    correction brings into [0, m)."""
+    r = d - np.floor(d * inv_m) * m
+    if r < 0.0:
+        r += m
+    elif r >= m:
+        r -= m
+    return r
+
+
+@numba.njit(cache=True, nogil=True)
+def _staircase_tail(d, qd, frac, c, m0, rng):
+    """For a first digit ``d <= qd``: a draw of the tail |Z| >= m0 of
+    :func:`staircase_additive_bulk` (m0 plus a one-sided staircase, then the
+    sign) if U < q (:func:`_bernoulli_first`, the tie d = qd read on), else
+    nan (the bulk). Not inlined: the rare path, kept out of the hot loop's
+    registers and reference counting (see :func:`_rr_offset_rare`)."""
+    if d < qd or bernoulli_exact(frac, rng):
+        m = m0 + staircase_one_sided(c, rng)
+        return -m if _digit(rng) >= _HALF_DIGIT else m
+    return np.nan
 
 
 @numba.njit(cache=True, nogil=True)
 def _staircase_additive_bulk(
-    y, rng, granularity, c, bulk, prob, alias, offset_prob, offset_alias, steps, clip, lo, hi, out
+    y, rng, granularity, c, bulk, records, offsets, steps, clip, lo, hi, out
 ):
     qd, frac, scale, m0, cell, offset_scale = bulk[0], bulk[1], bulk[2], bulk[3], bulk[4], bulk[5]
-    half = (prob.shape[0] - 1) // 2  # entries -half, ..., half
+    half = (records.shape[0] // 3 - 1) // 2  # entries -half, ..., half
     inv_granularity = 1.0 / granularity
     for i in range(y.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
         d = _digit(rng)
-        if _bernoulli_first(d, qd, frac, rng):
-            m = m0 + staircase_one_sided(c, rng)
-            z = -m if _digit(rng) >= _HALF_DIGIT else m
-        elif steps.shape[0] > 0:
-            j = np.int64(_alias_pick((d - qd) * scale, prob, alias))
-            e = np.int64(_digit(rng))
+        z = np.nan  # the bulk, unless the tail
+        if d <= qd:  # one compare on the hot path; the tie d = qd reads on
+            z = _staircase_tail(d, qd, frac, c, m0, rng)
+        if z != z and steps.shape[0] > 0:
+            j = np.int64(_alias_pick((d - qd) * scale, records))
+            e = _digit(rng)
             while e >= steps[j, 2]:  # probability below m / 2**53
-                e = np.int64(_digit(rng))
-            z = float(steps[j, 0] + e % steps[j, 1])
-        else:
-            z = _alias_pick((d - qd) * scale, prob, alias) - half
+                e = _digit(rng)
+            z = steps[j, 0] + _float_residue(e, steps[j, 1], steps[j, 3])
+        elif z != z:
+            z = _alias_pick((d - qd) * scale, records) - half
             if cell > 1.0 and z != 0.0:
-                offset = _alias_pick(_digit(rng) * offset_scale, offset_prob, offset_alias)
+                offset = _alias_pick(_digit(rng) * offset_scale, offsets)
                 # copysign: a branch on the sign would be mispredicted half the time.
                 z = np.copysign(1.0 + cell * (abs(z) - 1.0) + offset, z)
         out[i] = _shift_on_grid(y[i], z, granularity, inv_granularity, clip, lo, hi)
@@ -488,14 +551,30 @@ def gaussian_additive(y, rng, granularity, table, clip, lo, hi):
     envelope of ``table`` (``gaussian_cell_table``): about two digits a label."""
     out = np.empty(y.shape[0], dtype=np.float64)
     kernel = kernel_for(_gaussian_additive, rng, y.shape[0])
-    kernel(y, rng, granularity, *table, clip, lo, hi, out)
+    g, prob, alias, squeeze = table
+    kernel(y, rng, granularity, g, alias_records(prob, alias), squeeze, clip, lo, hi, out)
     return out
 
 
 @numba.njit(cache=True, nogil=True)
-def _gaussian_additive(y, rng, granularity, g, prob, alias, squeeze, clip, lo, hi, out):
+def _gaussian_tail(d, g, rng):
+    """For a first digit ``d <= qd``: a proposal of the tail |Z| >= m0 of
+    :func:`_gaussian_additive` if U < q (the tie d = qd read on), its value
+    if accepted, inf if rejected; nan if not the tail (the bulk). Not
+    inlined (see :func:`_staircase_tail`)."""
+    if not (d < g[0] or bernoulli_exact(g[1], rng)):
+        return np.nan
+    extra = geometric(g[8], g[9], g[10], g[11], rng)
+    negative = _digit(rng) >= _HALF_DIGIT
+    if bernoulli_exact(np.exp(-(extra * extra) * g[7]), rng):
+        return -(g[6] + extra) if negative else g[6] + extra
+    return np.inf
+
+
+@numba.njit(cache=True, nogil=True)
+def _gaussian_additive(y, rng, granularity, g, records, squeeze, clip, lo, hi, out):
     qd, frac, scale, half, cell, shift = g[0], g[1], g[2], g[3], g[4], np.int64(g[5])
-    m0, inv_two_var = g[6], g[7]
+    inv_two_var = g[7]
     unit = np.int64(1) << shift
     unit_f = float(unit)
     inv_granularity = 1.0 / granularity
@@ -503,14 +582,13 @@ def _gaussian_additive(y, rng, granularity, g, prob, alias, squeeze, clip, lo, h
         begin_row(rng, i)  # keyed releases: row i reads its own stream
         while True:  # proposals until one is accepted
             d = _digit(rng)
-            if _bernoulli_first(d, qd, frac, rng):  # the tail |Z| >= m0 (rare)
-                extra = geometric(g[8], g[9], g[10], g[11], rng)
-                negative = _digit(rng) >= _HALF_DIGIT
-                if bernoulli_exact(np.exp(-(extra * extra) * inv_two_var), rng):
-                    z = -(m0 + extra) if negative else m0 + extra
+            if d <= qd:  # the tail |Z| >= m0 (rare), or a tie
+                z = _gaussian_tail(d, g, rng)
+                if z == np.inf:  # rejected
+                    continue
+                if z == z:  # accepted (nan: the bulk)
                     break
-                continue
-            t = _alias_pick((d - qd) * scale, prob, alias) - half  # the same digit: a cell
+            t = _alias_pick((d - qd) * scale, records) - half  # the same digit: a cell
             if cell == 1.0:  # one value a cell: its weight is the envelope's
                 z = t
                 break
@@ -582,7 +660,9 @@ def _residue(d, m):
 @numba.njit(cache=True, nogil=True, inline="always")
 def _residue_by(d, m, inv_m):
     """:func:`_residue` given ``inv_m = 1.0 / m``, for a kernel whose ``m``
-    varies per label (a table of moduli and their inverses: no division)."""
+    varies per label (a table of moduli and their inverses: no division).
+    An int64, for index arithmetic; :func:`_float_residue` is the same
+    residue as a float, for kernels whose other operands are floats."""
     mi = np.int64(m)
     r = np.int64(d) - np.int64(d * inv_m) * mi
     if r < 0:

@@ -31,6 +31,7 @@ from ..._kernels._sampling import (
     gaussian_additive,
     max_staircase_magnitude,
     bulk_constants,
+    bulk_records,
     staircase_additive,
     staircase_additive_bulk,
     staircase_constants,
@@ -235,13 +236,15 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
                         *head, starts, sizes = table
                         table = (*head, 1, None, step_records(starts, sizes))
                 cached = self._alias_table = (key, table)
+                # Packed for the kernel once (public, like the table).
+                self._bulk_records = None if table is None else bulk_records(*table[2:4], table[5])
             table = cached[1]
             if table is not None:
                 m0, tail, prob, alias, cell, offsets, steps = table
                 return staircase_additive_bulk(
                     y, rng, self.granularity_, constants,
                     bulk_constants(m0, tail, prob.shape[0], cell), prob, alias, bool(self.clip), lo, hi,
-                    offsets, steps,
+                    offsets, steps, records=getattr(self, "_bulk_records", None),
                 )
         return staircase_additive(y, rng, self.granularity_, constants, bool(self.clip), lo, hi)
 
