@@ -33,6 +33,7 @@ no random digits (a solver's) the same way, even one compiled with numpy's
 error model, since where CPython raises it reruns the call compiled.
 """
 
+import functools
 import math
 import struct
 import types
@@ -223,8 +224,15 @@ def kernel_for(kernel, rng, n, max_n=MAX_LABELS):
     labels party's bulk path. Twin and kernel return the same bits, so the
     choice changes only the time.
     """
-    if isinstance(rng, np.random.Generator) and _interpret(kernel, n, max_n):
-        return twin(kernel)
+    if isinstance(rng, np.random.Generator):
+        if _interpret(kernel, n, max_n):
+            return twin(kernel)
+        if not kernel.overloads and not _IN_CACHE.get(kernel, True):
+            # A large call of a kernel that would compile: in another process,
+            # while the twin runs here (the same bits).
+            from ._background import run_while_compiling
+
+            return functools.partial(run_while_compiling, kernel)
     return kernel
 
 
