@@ -61,6 +61,12 @@ def _kernel_calls(monkeypatch):
     for module in list(sys.modules.values()):
         if getattr(module, "kernel_for", None) is _twin.kernel_for and module is not _twin:
             monkeypatch.setattr(module, "kernel_for", record)
+    # Kernels that fits call from 10**5 labels on (below, numpy does their work).
+    from skdp_label.mechanisms.bins._sampling import BinLookup
+
+    y = np.random.default_rng(4).uniform(-1.0, 11.0, 3000)
+    S.piece_rows(y, np.arange(10.0), np.arange(10.0) + 1.0, np.random.default_rng(1))
+    BinLookup(np.linspace(0.0, 10.0, 300), np.arange(300) // 7)(y)
     for name, n in _FITS:
         kwargs, column = _public_inputs(name)
         mech = get_mechanism_class(name)(epsilon=1.0, random_state=0, **kwargs)
@@ -114,8 +120,9 @@ def test_the_fits_reach_the_kernels(kernel_calls):
     names = {k.py_func.__name__ for k in kernel_calls}
     assert names == {"_staircase_additive", "_staircase_additive_bulk", "_gaussian_additive",
                      "discrete_rows", "kernel", "_randomized_response_contiguous", "_sample_grid",
-                     "_discrete_laplace"}
+                     "_discrete_laplace", "_piece_rows"}
     assert sum(k.py_func.__name__ == "discrete_rows" for k in kernel_calls) == 3
+    assert sum(k.py_func.__name__ == "kernel" for k in kernel_calls) == 2  # lookup, sample
 
 
 @pytest.mark.parametrize("after, expensive", [(0, False), (3, False), (None, False), (None, True)])
@@ -132,7 +139,7 @@ def test_chunked_calls_are_the_compiled_call(monkeypatch, kernel_calls, after, e
         for a, b in zip(got, ref):
             if isinstance(a, np.ndarray):
                 assert _same(a, b), kernel.py_func.__name__
-            elif isinstance(a, np.random.Generator):
+            elif isinstance(a, np.random.Generator):  # the same digits were read
                 assert a.bit_generator.state == b.bit_generator.state, kernel.py_func.__name__
         chunks = -(-n // 1024)
         expected = {0: 0, 3: min(3, chunks), None: chunks}[after]

@@ -15,7 +15,7 @@ filling the cache for the next calls and processes.
 What the compiler receives (:func:`compile_request`) is public by
 construction: the package's directory, the kernel's module and name, and the
 numba type of each argument (dtype, number of dimensions, layout, a tuple's
-member types, "a numpy Generator"). Never an array's contents, a scalar's
+member types, "a numpy Generator", "None"). Never an array's contents, a scalar's
 value, the generator or its state: two calls on different labels or from
 different generators send the same request (tests/test_background.py).
 
@@ -73,6 +73,8 @@ def _encode_type(t):
         return None if None in members else {"tuple": members}
     if isinstance(t, types.NumPyRandomGeneratorType):
         return {"generator": True}
+    if isinstance(t, types.NoneType):
+        return {"none": True}
     return None
 
 
@@ -84,6 +86,8 @@ def _decode_type(d):
         return from_dtype(np.dtype(d["scalar"]))
     if "tuple" in d:
         return types.BaseTuple.from_types([_decode_type(m) for m in d["tuple"]])
+    if "none" in d:
+        return types.none
     from numba import typeof
 
     return typeof(np.random.default_rng(0))  # a dummy: only its type is used

@@ -212,7 +212,8 @@ def _interpret(kernel, n, max_n):
 
 def kernel_for(kernel, rng, n, max_n=MAX_LABELS):
     """``kernel``, or its twin for a call of ``n`` units of work (labels,
-    draws) from a numpy ``Generator``, while this process has not loaded the
+    draws) from a numpy ``Generator`` (or ``rng=None``: a kernel that draws
+    no random digits, like a lookup), while this process has not loaded the
     compiled kernel and has interpreted at most ``max_n`` units of it in all
     (``COLD_SCALE * max_n`` when numba's cache does not hold the kernel: then
     the compiled kernel costs a compilation, not a load).
@@ -222,9 +223,11 @@ def kernel_for(kernel, rng, n, max_n=MAX_LABELS):
     kernel after interpreting for at most about what that costs, instead of
     interpreting for ever. Keyed sources always run compiled: they are the
     labels party's bulk path. Twin and kernel return the same bits, so the
-    choice changes only the time.
+    choice changes only the time. Past the caps, a kernel that would compile
+    compiles in another process while its twin runs
+    (:func:`._background.run_while_compiling`).
     """
-    if isinstance(rng, np.random.Generator):
+    if rng is None or isinstance(rng, np.random.Generator):
         if _interpret(kernel, n, max_n):
             return twin(kernel)
         if not kernel.overloads and not _IN_CACHE.get(kernel, True):

@@ -116,7 +116,10 @@ class BinLookup:
         """Bin index of each label."""
         y = np.ascontiguousarray(y, dtype=np.float64)
         codes = np.empty(y.shape[0], dtype=np.int64)
-        _lookup(y, *self._tables(), None, _NO_OUTPUTS, _NO_OUTPUTS, codes)
+        # No random source (None): interpreted, or compiled in the background, as a sampler.
+        kernel_for(_lookup, None, y.shape[0])(
+            y, *self._tables(), None, _NO_OUTPUTS, _NO_OUTPUTS, codes
+        )
         return codes
 
     def sample(self, y, rng, outputs, flip_probability):
