@@ -59,7 +59,8 @@ except ImportError:
 wait_for_compilers()
 children = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({{
-    "import": t1 - t0, "package": t_package - t0, "first_fit": t3 - t2, "wall": w3 - w2, "file": skdp_label.__file__,
+    "import": t1 - t0, "package": t_package - t0, "first_fit": t3 - t2, "wall": w3 - w2,
+    "file": skdp_label.__file__,
     "children": children.ru_utime + children.ru_stime,
     "digest": hashlib.sha256(np.ascontiguousarray(noisy).tobytes()).hexdigest(),
 }}))

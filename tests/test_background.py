@@ -30,7 +30,7 @@ from skdp_label._kernels import _background as B
 from skdp_label._kernels import _sampling as S
 from skdp_label._kernels import _twin
 from skdp_label._warmup import _public_inputs
-from skdp_label.mechanisms import get_mechanism_class, mechanism_names
+from skdp_label.mechanisms import get_mechanism_class
 
 
 def _same(a, b):
