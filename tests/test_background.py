@@ -2,10 +2,10 @@
 
 * Chunked: every kernel a mechanism's fit samples with, called on the fit's
   own arguments, gives the compiled kernel's outputs bit for bit and leaves
-  the Generator in the same state, whether the compiler is done before the
-  first chunk (all compiled), after a few chunks (twin, then compiled) or
-  never (all twin), and when the first chunk projects too long a wait (the
-  compiler is stopped, the rest compiled here).
+  the Generator in the same state, whether the compiler is done after the
+  first chunk, after a few (twin, then compiled) or never (all twin), and
+  when the first chunk projects too long an interpretation (no compiler
+  starts, the rest compiled here).
 * Private: what a compiler receives is the same for calls on different
   labels, sizes and generators (types only), and holds no value of theirs.
 * Real compilers: one compiles a kernel into an empty numba cache (the files
@@ -80,18 +80,21 @@ class _FakeCompiler:
     """Done once the twin has run ``after`` chunks (never if None)."""
 
     def __init__(self, after):
-        self.after, self.chunks, self.cancelled = after, 0, False
+        self.after, self.chunks, self.launched = after, 0, False
         self.done = threading.Event()
-        if after == 0:
-            self.done.set()
 
     def chunk(self):
         self.chunks += 1
         if self.after is not None and self.chunks >= self.after:
             self.done.set()
 
+    def launch(self, kernel, request):
+        assert json.loads(request)["module"] == kernel.py_func.__module__
+        self.launched = True
+        return self
+
     def cancel(self):
-        self.cancelled = True
+        raise AssertionError("not stuck")
 
 
 def _run_with(monkeypatch, kernel, args, compiler):
@@ -104,7 +107,8 @@ def _run_with(monkeypatch, kernel, args, compiler):
         return run
 
     with monkeypatch.context() as m:
-        m.setattr(B, "_start", lambda kernel, args: compiler)
+        m.setattr(B, "_cache_writable", lambda kernel: True)
+        m.setattr(B, "_launch", compiler.launch)
         m.setattr(B, "twin", counting_twin)
         m.setattr(B, "CHUNK", 1024)
         B.run_while_compiling(kernel, *args)
@@ -125,7 +129,9 @@ def test_the_fits_reach_the_kernels(kernel_calls):
     assert sum(k.py_func.__name__ == "kernel" for k in kernel_calls) == 2  # lookup, sample
 
 
-@pytest.mark.parametrize("after, expensive", [(0, False), (3, False), (None, False), (None, True)])
+# The compiler done after the first chunk, after 3, never; or the first
+# chunk projects too long an interpretation (no compiler, the rest compiled).
+@pytest.mark.parametrize("after, expensive", [(1, False), (3, False), (None, False), (None, True)])
 def test_chunked_calls_are_the_compiled_call(monkeypatch, kernel_calls, after, expensive):
     monkeypatch.setattr(B, "EXPECTED_COMPILE", 0.0 if expensive else float("inf"))
     for kernel, args in kernel_calls.items():
@@ -142,9 +148,11 @@ def test_chunked_calls_are_the_compiled_call(monkeypatch, kernel_calls, after, e
             elif isinstance(a, np.random.Generator):  # the same digits were read
                 assert a.bit_generator.state == b.bit_generator.state, kernel.py_func.__name__
         chunks = -(-n // 1024)
-        expected = {0: 0, 3: min(3, chunks), None: chunks}[after]
+        expected = {1: 1, 3: min(3, chunks), None: chunks}[after]
         assert compiler.chunks == (1 if expensive else expected)
-        assert compiler.cancelled == (expensive and chunks > 1)
+        # (A call of one chunk has nothing left to project: its compiler
+        # serves the later calls.)
+        assert compiler.launched == (not expensive or chunks == 1)
 
 
 def test_a_compiler_receives_types_only(kernel_calls):

@@ -47,8 +47,7 @@ CHUNK = 16 * 256  # rows per interpreted chunk (whole blocks of the two-pass ker
 # What a compiler takes (CPU seconds: python, numba and the kernel's module
 # imported, the kernel typed and lowered; 1.5-4 s for the samplers' kernels
 # on a shared machine). When the first chunk projects the twin's time on the
-# rest of the rows above this, the compiler is stopped and the kernel
-# compiles here (no later than it would have finished, and no second process).
+# rest of the rows above this, the kernel compiles here instead.
 EXPECTED_COMPILE = 2.0
 # Longest the twin runs waiting for a compiler, then the rest compiles here;
 # a compiler still running after TIMEOUT is killed.
@@ -194,14 +193,17 @@ def _cache_writable(kernel):
     return path is not None and os.access(path, os.W_OK)
 
 
-def _start(kernel, args):
-    """The compiler of ``kernel`` for these arguments' types (started now,
-    or already running or done), or None when none can be used."""
+def _request(kernel, args):
+    """The request of a compiler for this call, or None when none can be
+    used (turned off, no writable numba cache, types not described)."""
     if not ENABLED or not _cache_writable(kernel):
         return None
-    request = compile_request(kernel, args)
-    if request is None:
-        return None
+    return compile_request(kernel, args)
+
+
+def _launch(kernel, request):
+    """The compiler of ``kernel`` for ``request`` (started now, or already
+    running or done), or None if no process can start."""
     compiler = _COMPILERS.get((kernel, request))
     if compiler is None:
         try:
@@ -210,6 +212,11 @@ def _start(kernel, args):
             return None
         _COMPILERS[kernel, request] = compiler
     return compiler
+
+
+def _start(kernel, args):
+    request = _request(kernel, args)
+    return None if request is None else _launch(kernel, request)
 
 
 def _row_count(kernel, args):
@@ -232,32 +239,37 @@ def _rows(args, positions, start, stop):
 
 def run_while_compiling(kernel, *args):
     """``kernel(*args)``: the twin on chunks of rows while a compiler
-    compiles the kernel, then the compiled kernel on the rest. Falls back to
-    the compiled kernel at once when no compiler can start or the call has
-    no per-row arguments. Returns None (the kernels write into ``out``)."""
+    compiles the kernel, then the compiled kernel on the rest. The first
+    chunk decides: when it projects more than ``EXPECTED_COMPILE`` seconds
+    of interpreting for the rest, no compiler starts and the rest compiles
+    here (as soon, and no second process). Compiled at once when no compiler
+    can be used or the call has no per-row arguments. Returns None (the
+    kernels write into ``out``)."""
     shape = _row_count(kernel, args)
-    compiler = _start(kernel, args) if shape is not None else None
-    if compiler is None:
+    request = _request(kernel, args) if shape is not None else None
+    if request is None:
         kernel(*args)
         return None
     n, positions = shape
     interpreted = twin(kernel)
-    start = 0
+    start, compiler = 0, None
     deadline = time.monotonic() + PATIENCE
-    while start < n and not compiler.done.is_set():
+    while start < n:
+        if compiler is not None and compiler.done.is_set():
+            break
         if time.monotonic() > deadline:
             compiler.cancel()  # stuck: compile here instead
             break
         stop = min(start + CHUNK, n)
         began = time.process_time()
         interpreted(*_rows(args, positions, start, stop))
-        if start == 0 and (time.process_time() - began) * (n - stop) / stop > EXPECTED_COMPILE:
-            # Too many rows to interpret while the compiler works: compiling
-            # here is sooner (one process's start-up less) and costs half.
-            compiler.cancel()
-            start = stop
-            break
         start = stop
+        if compiler is None:
+            if (time.process_time() - began) * (n - stop) / stop > EXPECTED_COMPILE:
+                break
+            compiler = _launch(kernel, request)
+            if compiler is None:
+                break
     if start < n:
         # Loads what the compiler cached; compiles here if it failed.
         kernel(*_rows(args, positions, start, n))
