@@ -12,7 +12,8 @@
   appear); a failing one and a stuck one (killed at the timeout) leave no
   process behind, and the call falls back to the compiled kernel with the
   same outputs; a cache that cannot be written starts no compiler.
-* kernel_for sends a large first call of a kernel numba's cache lacks here.
+* kernel_for sends a large first call of a kernel numba's cache lacks here;
+  the label check of a cold cache counts in numpy (the same count).
 """
 
 import copy
@@ -250,3 +251,20 @@ def test_kernel_for_compiles_large_cold_calls_in_the_background(monkeypatch):
     large(np.zeros(3), np.random.default_rng(1), out)
     assert _same(out, np.random.default_rng(1).random(3))
     assert _twin.kernel_for(_uncached, rng, 10**7) is _uncached  # compiled now
+
+
+def test_the_label_check_of_a_cold_cache_runs_in_numpy(monkeypatch):
+    from skdp_label.mechanisms import _validation as V
+
+    y = np.resize(np.arange(7.0), V.NUMPY_BELOW)
+    y[[5, 77, 9000]] = [np.nan, 2.5, -0.0]
+    counts = {}
+    for cold in (True, False):
+        monkeypatch.setattr(V, "count_outside", S.count_outside if not cold else None)
+        monkeypatch.setattr(V, "would_compile", lambda kernel, cold=cold: cold)
+        counts[cold] = V._count_non_classes(y, 0, 5)  # None would fail if called
+    assert counts[True] == counts[False] == S.count_outside(y, 0, 5, True) > 0
+    monkeypatch.undo()
+    monkeypatch.setattr(_twin, "_IN_CACHE", {})
+    assert not _twin.would_compile(S.count_outside)  # loaded in this process already
+    assert _twin.would_compile(numba.njit(cache=False)(lambda x: x)) is True

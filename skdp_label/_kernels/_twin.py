@@ -45,7 +45,8 @@ from numba.core.extending import _Intrinsic
 from ._intrinsics import float_bits, opaque, prefetch
 from ._philox import begin_row
 
-__all__ = ["twin", "kernel_for", "call_exact", "MAX_DRAWS", "MAX_LABELS", "COLD_SCALE"]
+__all__ = ["twin", "kernel_for", "call_exact", "would_compile", "MAX_DRAWS", "MAX_LABELS",
+           "COLD_SCALE"]
 
 # Ski rental: a process interprets a kernel (rents) until the interpreted work
 # would have paid for the compiled kernel (buys), then compiles it; the rule
@@ -195,6 +196,16 @@ def in_numba_cache(kernel):
         return any(key[1:] == mine for key in index._load_index())
     except Exception:  # another numba's layout, an unreadable file
         return True
+
+
+def would_compile(kernel):
+    """Whether calling ``kernel`` now would compile it: not loaded in this
+    process, and not in numba's cache (asked once a process)."""
+    if kernel.overloads:
+        return False
+    if kernel not in _IN_CACHE:
+        _IN_CACHE[kernel] = in_numba_cache(kernel)
+    return not _IN_CACHE[kernel]
 
 
 def _interpret(kernel, n, max_n):
