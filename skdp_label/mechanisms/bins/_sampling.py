@@ -15,7 +15,6 @@ from ..._kernels._intrinsics import float_bits
 from ..._kernels._philox import begin_row
 from ..._kernels._sampling import _digit, _rr_rare, rr_code_common, rr_code_rare, rr_constants
 from ..._kernels._twin import kernel_for
-from .._prior import nearest_by_search
 
 __all__ = ["BinLookup"]
 
@@ -101,6 +100,10 @@ class BinLookup:
         # side (which absorbs the rounding of the bucket index), share a bin.
         # By search: the bucket edges are 4 k + 1 points, and a lookup table built
         # for them would build another (an endless recursion from k = 2,500).
+        # Imported here: a background compiler imports this module for its
+        # kernels, and .._prior brings scikit-learn (seconds).
+        from .._prior import nearest_by_search
+
         near = nearest_by_search(self.values, edges)
         lo_idx = np.maximum(near[:-1] - 1, 0)
         hi_idx = np.minimum(near[1:] + 1, k - 1)
