@@ -231,6 +231,21 @@ def test_no_compiler_without_a_writable_cache(monkeypatch):
     assert _same(got[-1], ref[-1]) and B._COMPILERS == {}
 
 
+def test_an_unnamed_row_array_is_not_chunked():
+    # A length-n array under another name may be per-row: slicing only
+    # y and out would misalign it, so the call is not chunked.
+    args = (np.zeros(50), np.random.default_rng(0), np.empty(50))
+    assert B._row_count(_uncached, args) == (50, [0, 2])
+    assert B._row_count(_unnamed_rows, (np.zeros(50),) + args) is None
+    assert B._row_count(_unnamed_rows, (np.zeros(7),) + args) == (50, [1, 3])
+
+
+@numba.njit
+def _unnamed_rows(weights, y, rng, out):
+    for i in range(y.shape[0]):
+        out[i] = weights[i] * y[i] + rng.random()
+
+
 @numba.njit  # not cached: numba's cache never holds it
 def _uncached(y, rng, out):
     for i in range(y.shape[0]):

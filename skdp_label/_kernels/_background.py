@@ -228,9 +228,14 @@ def _row_count(kernel, args):
     if len(names) != len(args) or not outputs:
         return None
     n = args[outputs[0]].shape[0]
+    arrays = [i for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.ndim and
+              a.shape[0] == n]
+    if any(i not in rows for i in arrays):
+        # Maybe a per-row array under another name: sliced wrongly, it would
+        # misalign rows. Not chunked (compiled at once), whatever the reason.
+        return None
     # Per-row arrays of another length are empty ones (a path not taken).
-    rows = [i for i in rows if isinstance(args[i], np.ndarray) and args[i].shape[0] == n]
-    return n, rows
+    return n, [i for i in rows if i in arrays]
 
 
 def _rows(args, positions, start, stop):
