@@ -8,11 +8,16 @@ For every registered mechanism, a new Python process with its own empty
 imports skdp_label, then times ``fit_transform`` of a public synthetic column
 (the inputs of ``skdp-label warmup``: 20,000 labels, so the bulk sampling
 paths run too). ``--warm`` adds a second process on the same, now filled,
-cache directory (what every later process pays). Reports the CPU seconds of
-the first fit per mechanism (the machine may be shared: CPU time is what the
-compilation costs; wall time is printed too); the import of skdp_label is
-timed separately. ``--labels`` fits the first that many labels of the column
-instead (small fits run the kernels' Python twins: no compilation).
+cache directory (what every later process pays), and checks that both
+fits (``random_state=0``) return the same bytes. Reports CPU seconds per
+mechanism (the machine may be shared: CPU time is what the compilation
+costs; the first fit's wall time is printed too): ``package``, ``import
+skdp_label`` alone; ``import``, that plus the mechanisms; the first fit;
+``compilers``, the CPU time of the processes that compiled kernels in the
+background (``skdp_label._kernels._background``; waited for after the fit,
+not counted in it); ``import+fit``. ``--labels`` fits that many labels
+(the column repeated past 20,000; small fits run the kernels' Python twins:
+no compilation).
 
 ``--repo`` measures one or more checkouts side by side (each put first on
 ``PYTHONPATH``; by default the ``PYTHONPATH`` of this process decides the
@@ -29,23 +34,35 @@ import sys
 import tempfile
 
 _CHILD = r"""
-import json, time, warnings
+import hashlib, json, resource, time, warnings
+import numpy as np
 t0 = time.process_time()
 import skdp_label
+t_package = time.process_time()
 from skdp_label._warmup import _public_inputs
 from skdp_label.mechanisms import get_mechanism_class
 t1 = time.process_time()
 name = {name!r}
 kwargs, column = _public_inputs(name)
-column = column[:{labels}]
+if {labels} is not None:
+    column = np.resize(column, {labels})  # the first LABELS labels, repeated past 20,000
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    mech = get_mechanism_class(name)(epsilon=1.0, **kwargs)
+    mech = get_mechanism_class(name)(epsilon=1.0, random_state=0, **kwargs)
     t2, w2 = time.process_time(), time.perf_counter()
-    mech.fit_transform(column)
+    noisy = mech.fit_transform(column)
     t3, w3 = time.process_time(), time.perf_counter()
+try:  # compilations run in other processes: wait for them, count their CPU time
+    from skdp_label._kernels._background import wait_for_compilers
+except ImportError:
+    wait_for_compilers = lambda: None
+wait_for_compilers()
+children = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({{
-    "import": t1 - t0, "first_fit": t3 - t2, "wall": w3 - w2, "file": skdp_label.__file__,
+    "import": t1 - t0, "package": t_package - t0, "first_fit": t3 - t2, "wall": w3 - w2,
+    "file": skdp_label.__file__,
+    "children": children.ru_utime + children.ru_stime,
+    "digest": hashlib.sha256(np.ascontiguousarray(noisy).tobytes()).hexdigest(),
 }}))
 """
 
@@ -63,7 +80,7 @@ def run_child(name, cache_dir, repo=None, labels=None):
     if out.returncode != 0:
         tail = " | ".join(out.stderr.strip().splitlines()[-3:])
         return {"import": float("nan"), "first_fit": float("nan"), "wall": float("nan"), "file": "",
-                "error": tail}
+                "children": float("nan"), "package": float("nan"), "digest": "", "error": tail}
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -100,11 +117,13 @@ def main():
           f"median of {args.repeats}; CPU seconds (wall in brackets); "
           f"{args.labels or 'all 20,000'} labels")
     labels = [os.path.basename(os.path.abspath(r)) if r else "PYTHONPATH" for r in repos]
-    header = f"{'mechanism':<26}{'checkout':<14}{'import':>8}{'first fit, cold':>24}"
+    header = (f"{'mechanism':<26}{'checkout':<14}{'package':>8}{'import':>8}{'first fit, cold':>24}"
+              f"{'compilers':>10}{'import+fit':>11}")
     if args.warm:
         header += f"{'first fit, warm':>18}"
     print(header)
     worst = dict.fromkeys(labels, 0.0)
+    mismatches = 0
     for name in names:
         runs = {label: ([], []) for label in labels}
         for _ in range(args.repeats):
@@ -116,10 +135,16 @@ def main():
         for label in labels:
             colds, warms = runs[label]
             errors = [r["error"] for r in colds if "error" in r]
-            line = (f"{name:<26}{label:<14}{_median(colds, 'import'):>8.2f}"
-                    f"{_median(colds, 'first_fit'):>14.2f} ({_median(colds, 'wall'):>6.2f})")
+            line = (f"{name:<26}{label:<14}{_median(colds, 'package'):>8.2f}"
+                    f"{_median(colds, 'import'):>8.2f}"
+                    f"{_median(colds, 'first_fit'):>14.2f} ({_median(colds, 'wall'):>6.2f})"
+                    f"{_median(colds, 'children'):>10.2f}"
+                    f"{_median(colds, 'import') + _median(colds, 'first_fit'):>11.2f}")
             if args.warm:
                 line += f"{_median(warms, 'first_fit'):>18.2f}"
+            if warms and any(w["digest"] != c["digest"] for w, c in zip(warms, colds)):
+                line += "  OUTPUTS DIFFER (cold vs warm)"
+                mismatches += 1
             if errors:
                 line += f"  failed: {errors[0]}"
             else:
@@ -127,6 +152,9 @@ def main():
             print(line, flush=True)
     for label in labels:
         print(f"slowest cold first fit ({label}): {worst[label]:.2f} s CPU")
+    if args.warm:
+        print(f"seeded outputs, cold (twins, background compilers) vs warm (compiled): "
+              f"{'identical' if not mismatches else f'{mismatches} differ'}")
     print(f"{os.getloadavg()[0]:.2f} load average (1 min) at end")
 
 

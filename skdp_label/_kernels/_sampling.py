@@ -1242,7 +1242,7 @@ def piece_rows(y, left, right, rng):
     affine interpolation inside the piece (randomized quantization, 002)."""
     y = np.ascontiguousarray(y, dtype=np.float64)
     rows = np.empty(y.shape[0], dtype=np.int64)
-    _piece_rows(
+    kernel_for(_piece_rows, rng, y.shape[0])(
         y, np.ascontiguousarray(left, dtype=np.float64),
         np.ascontiguousarray(right, dtype=np.float64), rng, rows,
     )

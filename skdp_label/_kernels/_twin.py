@@ -33,6 +33,7 @@ no random digits (a solver's) the same way, even one compiled with numpy's
 error model, since where CPython raises it reruns the call compiled.
 """
 
+import functools
 import math
 import struct
 import types
@@ -44,7 +45,8 @@ from numba.core.extending import _Intrinsic
 from ._intrinsics import float_bits, opaque, prefetch
 from ._philox import begin_row
 
-__all__ = ["twin", "kernel_for", "call_exact", "MAX_DRAWS", "MAX_LABELS", "COLD_SCALE"]
+__all__ = ["twin", "kernel_for", "call_exact", "would_compile", "MAX_DRAWS", "MAX_LABELS",
+           "COLD_SCALE"]
 
 # Ski rental: a process interprets a kernel (rents) until the interpreted work
 # would have paid for the compiled kernel (buys), then compiles it; the rule
@@ -196,6 +198,16 @@ def in_numba_cache(kernel):
         return True
 
 
+def would_compile(kernel):
+    """Whether calling ``kernel`` now would compile it: not loaded in this
+    process, and not in numba's cache (asked once a process)."""
+    if kernel.overloads:
+        return False
+    if kernel not in _IN_CACHE:
+        _IN_CACHE[kernel] = in_numba_cache(kernel)
+    return not _IN_CACHE[kernel]
+
+
 def _interpret(kernel, n, max_n):
     """Whether a call of ``n`` units runs ``kernel``'s twin (and counts them)."""
     if kernel.overloads:  # compiled or loaded in this process already
@@ -211,7 +223,8 @@ def _interpret(kernel, n, max_n):
 
 def kernel_for(kernel, rng, n, max_n=MAX_LABELS):
     """``kernel``, or its twin for a call of ``n`` units of work (labels,
-    draws) from a numpy ``Generator``, while this process has not loaded the
+    draws) from a numpy ``Generator`` (or ``rng=None``: a kernel that draws
+    no random digits, like a lookup), while this process has not loaded the
     compiled kernel and has interpreted at most ``max_n`` units of it in all
     (``COLD_SCALE * max_n`` when numba's cache does not hold the kernel: then
     the compiled kernel costs a compilation, not a load).
@@ -221,10 +234,19 @@ def kernel_for(kernel, rng, n, max_n=MAX_LABELS):
     kernel after interpreting for at most about what that costs, instead of
     interpreting for ever. Keyed sources always run compiled: they are the
     labels party's bulk path. Twin and kernel return the same bits, so the
-    choice changes only the time.
+    choice changes only the time. Past the caps, a kernel that would compile
+    compiles in another process while its twin runs
+    (:func:`._background.run_while_compiling`).
     """
-    if isinstance(rng, np.random.Generator) and _interpret(kernel, n, max_n):
-        return twin(kernel)
+    if rng is None or isinstance(rng, np.random.Generator):
+        if _interpret(kernel, n, max_n):
+            return twin(kernel)
+        if not kernel.overloads and not _IN_CACHE.get(kernel, True):
+            # A large call of a kernel that would compile: in another process,
+            # while the twin runs here (the same bits).
+            from ._background import run_while_compiling
+
+            return functools.partial(run_while_compiling, kernel)
     return kernel
 
 

@@ -7,6 +7,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval
 
 from .._kernels._sampling import count_outside
+from .._kernels._twin import would_compile
 from ..utils._repr import format_number, public_repr
 
 __all__ = [
@@ -175,14 +176,15 @@ def contiguous_integer_classes(classes):
 
 # Below this many labels, per-label passes that have a numpy equivalent run in
 # numpy: a few ms, less than compiling their kernel in a fresh environment
-# (0.2-0.4 s each); from it, the kernels (one pass, no temporaries).
+# (0.2-0.4 s each); from it, the kernels (one pass, no temporaries), unless
+# the kernel would compile (the label check: numpy then, at any size).
 NUMPY_BELOW = 100_000
 
 
 def _count_non_classes(flat, lo, hi):
     """How many labels of ``flat`` are not integers in [lo, hi] (see
     :data:`NUMPY_BELOW`)."""
-    if flat.shape[0] >= NUMPY_BELOW:
+    if flat.shape[0] >= NUMPY_BELOW and not would_compile(count_outside):
         return count_outside(flat, lo, hi, True)
     bad = (flat < lo) | (flat > hi)
     if flat.dtype.kind == "f":

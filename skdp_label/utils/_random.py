@@ -26,7 +26,6 @@ import math
 from numbers import Integral
 from typing import Any
 
-import joblib
 import numpy as np
 from ._warnings import warn_caller
 
@@ -119,6 +118,8 @@ def public_fingerprint(*parts: Any) -> tuple[int, ...]:
     Used to separate the noise streams of releases made with one integer
     seed: e.g. the public features of a fit, a release counter, a step name.
     """
+    import joblib  # not at import: it takes a few tenths of a second
+
     digest = hashlib.blake2b(joblib.hash(parts).encode(), digest_size=16).digest()
     return tuple(int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4))
 

@@ -67,6 +67,12 @@ class PrivacyReprMixin:
 
     _repr_always = ("epsilon",)
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # Installed when a class uses it, not when skdp_label is imported:
+        # scikit-learn takes a second or more to import.
+        _install_repr_hook()
+
 
 def _install_repr_hook():
     """Wrap scikit-learn's ``_changed_params`` once: objects with a
@@ -92,6 +98,3 @@ def _install_repr_hook():
 
     with_privacy_params._shows_repr_always = True
     _pprint._changed_params = with_privacy_params
-
-
-_install_repr_hook()

@@ -1,17 +1,23 @@
 """Warnings attributed to the user's line, whatever the call depth."""
 
+import importlib.util
 import os
 import sys
 import warnings
 
-import joblib
-import sklearn
+
+def _package_dir(name):
+    # Found, not imported: importing scikit-learn takes a second or more.
+    spec = importlib.util.find_spec(name)
+    return os.path.dirname(os.path.abspath(spec.origin)) + os.sep
+
 
 # Frames in these packages are skipped: a warning about a fit points at the
 # line that called fit (directly, or through a Pipeline or a search).
-_INTERNAL = tuple(
-    os.path.dirname(os.path.abspath(path)) + os.sep
-    for path in (os.path.dirname(__file__), sklearn.__file__, joblib.__file__)
+_INTERNAL = (
+    os.path.dirname(os.path.abspath(os.path.dirname(__file__))) + os.sep,
+    _package_dir("sklearn"),
+    _package_dir("joblib"),
 )
 
 

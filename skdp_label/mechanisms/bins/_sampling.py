@@ -15,7 +15,6 @@ from ..._kernels._intrinsics import float_bits
 from ..._kernels._philox import begin_row
 from ..._kernels._sampling import _digit, _rr_rare, rr_code_common, rr_code_rare, rr_constants
 from ..._kernels._twin import kernel_for
-from .._prior import nearest_by_search
 
 __all__ = ["BinLookup"]
 
@@ -101,6 +100,10 @@ class BinLookup:
         # side (which absorbs the rounding of the bucket index), share a bin.
         # By search: the bucket edges are 4 k + 1 points, and a lookup table built
         # for them would build another (an endless recursion from k = 2,500).
+        # Imported here: a background compiler imports this module for its
+        # kernels, and .._prior brings scikit-learn (seconds).
+        from .._prior import nearest_by_search
+
         near = nearest_by_search(self.values, edges)
         lo_idx = np.maximum(near[:-1] - 1, 0)
         hi_idx = np.minimum(near[1:] + 1, k - 1)
@@ -116,7 +119,10 @@ class BinLookup:
         """Bin index of each label."""
         y = np.ascontiguousarray(y, dtype=np.float64)
         codes = np.empty(y.shape[0], dtype=np.int64)
-        _lookup(y, *self._tables(), None, _NO_OUTPUTS, _NO_OUTPUTS, codes)
+        # No random source (None): interpreted, or compiled in the background, as a sampler.
+        kernel_for(_lookup, None, y.shape[0])(
+            y, *self._tables(), None, _NO_OUTPUTS, _NO_OUTPUTS, codes
+        )
         return codes
 
     def sample(self, y, rng, outputs, flip_probability):
