@@ -930,13 +930,16 @@ _NO_GRID = np.zeros(3)  # the grid constants of a call with codes (not read)
 def arithmetic_neighbours(v, a, inv_step, step, last, k):
     """(lo, values[lo], values[lo + 1]) for a label ``v`` in ``[a, last]``
     on an arithmetic grid of ``k`` points (:func:`arithmetic_grid`): the
-    last ``lo <= k - 2`` with ``values[lo] <= v``. The guess is ``lo`` or
-    one off; ``a + g * step`` is ``values[g]``, bit for bit, for
-    ``g <= k - 2``. Branch-free (scalars only: inlined without cost)."""
-    lo = min(np.int64((v - a) * inv_step), k - 2)
-    lo -= np.int64(a + lo * step > v)
-    lo += np.int64(a + (lo + 1) * step <= v) & np.int64(lo < k - 2)
-    return lo, a + lo * step, (a + (lo + 1) * step if lo < k - 2 else last)
+    last ``lo <= k - 2`` with ``values[lo] <= v`` (``lo`` an integer held in
+    a float64). The guess is ``lo`` or one off; ``a + g * step`` is
+    ``values[g]``, bit for bit, for ``g <= k - 2``. Branch-free and in
+    floats (scalars only: inlined without cost): a loop of it vectorises,
+    and int64 <-> float64 conversions do not without AVX-512."""
+    top = k - 2.0
+    lo = min(np.floor((v - a) * inv_step), top)
+    lo -= 1.0 if a + lo * step > v else 0.0
+    lo += 1.0 if a + (lo + 1.0) * step <= v and lo < top else 0.0
+    return lo, a + lo * step, (a + (lo + 1.0) * step if lo < top else last)
 
 
 def _discrete_rows_kernel(rows_from, draw_by):
@@ -1003,7 +1006,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
                     for i in range(start, stop):
                         v = min(max(y[i], a), last)
                         lo, v_lo, v_hi = arithmetic_neighbours(v, a, inv_step, step, last, k)
-                        lo_at[i - start] = lo
+                        lo_at[i - start] = np.int64(lo)
                         gap_at[i - start] = v_hi - v_lo
                         off_at[i - start] = v - v_lo + 0.0  # + 0.0: as below
                 else:
@@ -1172,7 +1175,7 @@ def _nearest_arithmetic(y, a, inv_step, step, last, k, codes):
     for i in range(y.shape[0]):
         v = min(max(y[i], a), last)
         lo, v_lo, v_hi = arithmetic_neighbours(v, a, inv_step, step, last, k)
-        codes[i] = lo + np.int64(v_hi - v <= v - v_lo)
+        codes[i] = np.int64(lo + (1.0 if v_hi - v <= v - v_lo else 0.0))
 
 
 def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=None):
