@@ -942,6 +942,20 @@ def arithmetic_neighbours(v, a, inv_step, step, last, k):
     return lo, a + lo * step, (a + (lo + 1.0) * step if lo < top else last)
 
 
+@numba.njit(cache=True, nogil=True)
+def _arithmetic_rounding(y, start, stop, par, last, k, lo_at, gap_at, off_at):
+    """The rounding pass of :func:`_discrete_rows_kernel` over one block on
+    an arithmetic grid. A function of its own (called once a block): inside
+    the kernel, its vectorised loop slowed the kernel's other paths."""
+    a, inv_step, step = par[0], par[1], par[2]
+    for i in range(start, stop):
+        v = min(max(y[i], a), last)
+        lo, v_lo, v_hi = arithmetic_neighbours(v, a, inv_step, step, last, k)
+        lo_at[i - start] = np.int64(lo)
+        gap_at[i - start] = v_hi - v_lo
+        off_at[i - start] = v - v_lo + 0.0  # + 0.0: see the kernel
+
+
 def _discrete_rows_kernel(rows_from, draw_by):
     """The kernel of :func:`sample_rows` for one path.
 
@@ -1002,13 +1016,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
                 if n_buckets == 0:
                     # An arithmetic grid (rounding_grid): the same neighbours,
                     # gaps and offsets as the bucket lookup below, bit for bit.
-                    a, inv_step, step, last = par[0], par[1], par[2], values[k - 1]
-                    for i in range(start, stop):
-                        v = min(max(y[i], a), last)
-                        lo, v_lo, v_hi = arithmetic_neighbours(v, a, inv_step, step, last, k)
-                        lo_at[i - start] = np.int64(lo)
-                        gap_at[i - start] = v_hi - v_lo
-                        off_at[i - start] = v - v_lo + 0.0  # + 0.0: as below
+                    _arithmetic_rounding(y, start, stop, par, values[k - 1], k, lo_at, gap_at, off_at)
                 else:
                     for i in range(start, stop):
                         v = min(max(y[i], values[0]), values[k - 1])
