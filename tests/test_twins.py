@@ -133,16 +133,23 @@ def test_gaussian_twins_are_the_kernels(sigma):
 _VALUES = np.array([0.0, 1.0, 2.5, 3.0, 7.0])
 
 
-def _rows_call(rounding, use_rr, n):
+# An evenly spaced grid: rounding_grid's arithmetic lookup (no bucket table).
+_EVEN_VALUES = np.linspace(-0.5, 7.0, 5)
+
+
+def _rows_call(rounding, use_rr, n, values=_VALUES):
     """Arguments of the finite-output kernel (rounding, use_rr), as
     sample_rows builds them, for heavy-tailed tables (rtol=1e-12)."""
     matrix = _heavy_tail_matrix()
     gen = np.random.default_rng(21)
-    kwargs = {"y": gen.uniform(-1.0, 8.0, n), "grid": S.rounding_grid(_VALUES)} if rounding else {
+    kwargs = {"y": gen.uniform(-1.0, 8.0, n), "grid": S.rounding_grid(values)} if rounding else {
         "codes": gen.integers(0, 5, n)}
+    if rounding:  # labels on the grid points and one float either side of them
+        kwargs["y"][: 3 * values.size] = np.concatenate(
+            [values, np.nextafter(values, -np.inf), np.nextafter(values, np.inf)])
     if use_rr:
         kwargs["rr"] = S.rr_constants(5, 0.6)
-        outputs = _VALUES
+        outputs = values
     else:
         kwargs["tables"] = S.categorical_tables(matrix, rtol=1e-12)
         outputs = np.arange(matrix.shape[1]) * 0.5 - 3.0
@@ -155,11 +162,13 @@ def _sample(monkeypatch, use_twin, rng, outputs, kwargs):
         return S.sample_rows(rng, outputs, **kwargs)
 
 
-@pytest.mark.parametrize("rounding", [False, True])
+@pytest.mark.parametrize("rounding, values", [(False, _VALUES), (True, _VALUES), (True, _EVEN_VALUES)])
 @pytest.mark.parametrize("use_rr", [False, True])
-def test_finite_output_twin_is_the_kernel(monkeypatch, rounding, use_rr):
+def test_finite_output_twin_is_the_kernel(monkeypatch, rounding, values, use_rr):
     # 600 labels: two full blocks of 256 and a partial one.
-    outputs, kwargs = _rows_call(rounding, use_rr, 600)
+    outputs, kwargs = _rows_call(rounding, use_rr, 600, values)
+    if rounding:  # both lookups of rounding_grid
+        assert (kwargs["grid"][1].size == 0) == (values is _EVEN_VALUES)
     runs = []
     for use_twin in (True, False):
         rng = np.random.default_rng(99)

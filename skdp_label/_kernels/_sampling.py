@@ -1010,6 +1010,37 @@ _EMPTY_F = np.zeros(0)
 # enough loads in flight, buffers and prefetched lines well inside L1.
 _BLOCK = 256
 _EMPTY_I = np.zeros(0, dtype=np.int64)
+_NO_GRID = np.zeros(3)  # the grid constants of a call with codes (not read)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def arithmetic_neighbours(v, a, inv_step, step, last, k):
+    """(lo, values[lo], values[lo + 1]) for a label ``v`` in ``[a, last]``
+    on an arithmetic grid of ``k`` points (:func:`arithmetic_grid`): the
+    last ``lo <= k - 2`` with ``values[lo] <= v`` (``lo`` an integer held in
+    a float64). The guess is ``lo`` or one off; ``a + g * step`` is
+    ``values[g]``, bit for bit, for ``g <= k - 2``. Branch-free and in
+    floats (scalars only: inlined without cost): a loop of it vectorises,
+    and int64 <-> float64 conversions do not without AVX-512."""
+    top = k - 2.0
+    lo = min(np.floor((v - a) * inv_step), top)
+    lo -= 1.0 if a + lo * step > v else 0.0
+    lo += 1.0 if a + (lo + 1.0) * step <= v and lo < top else 0.0
+    return lo, a + lo * step, (a + (lo + 1.0) * step if lo < top else last)
+
+
+@numba.njit(cache=True, nogil=True)
+def _arithmetic_rounding(y, start, stop, par, last, k, lo_at, gap_at, off_at):
+    """The rounding pass of :func:`_discrete_rows_kernel` over one block on
+    an arithmetic grid. A function of its own (called once a block): inside
+    the kernel, its vectorised loop slowed the kernel's other paths."""
+    a, inv_step, step = par[0], par[1], par[2]
+    for i in range(start, stop):
+        v = min(max(y[i], a), last)
+        lo, v_lo, v_hi = arithmetic_neighbours(v, a, inv_step, step, last, k)
+        lo_at[i - start] = np.int64(lo)
+        gap_at[i - start] = v_hi - v_lo
+        off_at[i - start] = v - v_lo + 0.0  # + 0.0: see the kernel
 
 
 def _discrete_rows_kernel(rows_from, draw_by):
@@ -1069,21 +1100,26 @@ def _discrete_rows_kernel(rows_from, draw_by):
                 # (v - v_l) / (v_h - v_l); labels outside the grid go to its ends.
                 # The neighbours first, in a pass without randomness (a chain of
                 # dependent loads the CPU overlaps across labels).
-                for i in range(start, stop):
-                    v = min(max(y[i], values[0]), values[k - 1])
-                    lo = lower[min(np.int64((v - par[0]) * par[1]), n_buckets - 1)]
-                    lo += np.int64(values[lo + 1] <= v)
-                    while lo < k - 2 and values[lo + 1] <= v:  # crowded buckets only
-                        lo += 1
-                    while lo > 0 and values[lo] > v:  # bucket index rounded up
-                        lo -= 1
-                    if lo > k - 2:
-                        lo = k - 2
-                    lo_at[i - start] = lo
-                    gap_at[i - start] = values[lo + 1] - values[lo]
-                    # + 0.0: a label -0.0 at a grid start 0.0 leaves -0.0, whose bit
-                    # pattern is negative (the mask below compares patterns).
-                    off_at[i - start] = v - values[lo] + 0.0
+                if n_buckets == 0:
+                    # An arithmetic grid (rounding_grid): the same neighbours,
+                    # gaps and offsets as the bucket lookup below, bit for bit.
+                    _arithmetic_rounding(y, start, stop, par, values[k - 1], k, lo_at, gap_at, off_at)
+                else:
+                    for i in range(start, stop):
+                        v = min(max(y[i], values[0]), values[k - 1])
+                        lo = lower[min(np.int64((v - par[0]) * par[1]), n_buckets - 1)]
+                        lo += np.int64(values[lo + 1] <= v)
+                        while lo < k - 2 and values[lo + 1] <= v:  # crowded buckets only
+                            lo += 1
+                        while lo > 0 and values[lo] > v:  # bucket index rounded up
+                            lo -= 1
+                        if lo > k - 2:
+                            lo = k - 2
+                        lo_at[i - start] = lo
+                        gap_at[i - start] = values[lo + 1] - values[lo]
+                        # + 0.0: a label -0.0 at a grid start 0.0 leaves -0.0, whose bit
+                        # pattern is negative (the mask below compares patterns).
+                        off_at[i - start] = v - values[lo] + 0.0
             for i in range(start, stop):
                 begin_row(rng, i)  # keyed releases: row i reads its own stream
                 if rows_from == "codes" or (rows_from == "either" and k == 0):
@@ -1145,21 +1181,96 @@ _DISCRETE_ROWS = {
 }
 
 
-def rounding_grid(values, buckets_per_value=4):
-    """Tables of the O(1) rounding lookup for sorted grid ``values``: the
-    grid; for each of equal-width buckets over its range, the last grid
-    index at or below the bucket's start (at most k - 2), from which a
-    label's lower neighbour is a step away (no binary search); and
-    (start, buckets per unit)."""
+def rounding_grid(values, buckets_per_value=4, arithmetic=True):
+    """Tables of the O(1) rounding lookup for sorted grid ``values``:
+    ``(values, lower, par)``.
+
+    An *arithmetic* grid -- ``values[i]`` is the float ``a + i * step`` for
+    every ``i <= k - 2`` (the last value is free: ``np.linspace`` sets it to
+    the end point) -- has an empty ``lower`` and ``par = (a, 1 / step,
+    step)``: the kernel finds a label's lower neighbour by arithmetic, the
+    same neighbour with the same floats, bit for bit, as the table lookup
+    (see :func:`arithmetic_grid`). Any other grid has, for each of
+    equal-width buckets over its range, the last grid index at or below the
+    bucket's start (at most k - 2), from which a label's lower neighbour is
+    a step away (no binary search), and ``par = (start, buckets per unit, 0)``
+    (also for an arithmetic grid with ``arithmetic=False``: tests and
+    benchmarks compare the two).
+    """
     values = np.ascontiguousarray(values, dtype=np.float64)
     k = values.shape[0]
     lo = float(values[0])
+    step = arithmetic_grid(values) if arithmetic else None
+    if step is not None:
+        return values, _EMPTY_I, np.array([lo, 1.0 / step, step])
     span = float(values[-1]) - lo
     nb = max(1, buckets_per_value * k)
     inv_width = nb / span if span > 0 else 0.0
     edges = lo + np.arange(nb) * (span / nb)
     lower = np.clip(np.searchsorted(values, edges, side="right") - 1, 0, max(k - 2, 0))
-    return values, lower.astype(np.int64), np.array([lo, inv_width])
+    return values, lower.astype(np.int64), np.array([lo, inv_width, 0.0])
+
+
+# Most points of an arithmetic grid, and least step relative to its largest
+# magnitude: the guess floor((v - a) / step) is then off by at most one.
+_MAX_ARITHMETIC_POINTS = 2**30
+_MIN_RELATIVE_STEP = 2.0**-30
+
+
+def arithmetic_grid(values):
+    """The step of an arithmetic grid (``values[i] == a + i * step`` in
+    float64 for ``i <= k - 2``, ``values[k - 1] > values[k - 2]``), or None.
+
+    The kernel's guess ``g = floor((v - a) * (1 / step))`` of the lower
+    neighbour of a label ``v`` in ``[a, values[-1]]`` carries three
+    roundings of relative size 2**-53 on a quotient below k, and each
+    ``a + i * step`` is within ``ulp(max |values|)`` of the exact value:
+    with k <= 2**30 points and ``step >= 2**-30 max |values|`` the guess is
+    within 2**-20 of a step of the label's exact position on the grid, so it
+    is the neighbour, or one off across a grid point, which the kernel's two
+    compares (on the grid's own floats) correct.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    k = values.shape[0]
+    if not (3 <= k <= _MAX_ARITHMETIC_POINTS and values[-1] > values[-2]):
+        return None  # (two points: nothing to gain)
+    a = float(values[0])
+    scale = float(np.max(np.abs(values)))
+    # The step of np.linspace (span / (k - 1)), or the first gap.
+    for step in ((float(values[-1]) - a) / (k - 1), float(values[1]) - a):
+        if math.isfinite(step) and math.isfinite(scale) and step >= _MIN_RELATIVE_STEP * scale:
+            inner = a + np.arange(k - 1, dtype=np.float64) * step  # a + i * step, as the kernel
+            if np.array_equal(inner, values[:-1]):
+                return step
+    return None
+
+
+def nearest_indices(values, y):
+    """Index of the grid value nearest to each label (ties go up, labels
+    outside the grid clipped to its ends), for an arithmetic grid
+    (:func:`arithmetic_grid`); None for any other grid.
+
+    The same indices, from the same float compares, as
+    :func:`~skdp_label.mechanisms._prior.nearest_by_search`: the lower
+    neighbour v_l of a label v is found by arithmetic as in the rounding of
+    :func:`sample_rows`, and v_l wins when ``v - v_l < v_h - v``.
+    """
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    step = arithmetic_grid(values)
+    if step is None:
+        return None
+    y = np.ascontiguousarray(y, dtype=np.float64)
+    codes = np.empty(y.shape[0], dtype=np.int64)
+    _nearest_arithmetic(y, float(values[0]), 1.0 / step, step, float(values[-1]), values.shape[0], codes)
+    return codes
+
+
+@numba.njit(cache=True, nogil=True)
+def _nearest_arithmetic(y, a, inv_step, step, last, k, codes):
+    for i in range(y.shape[0]):
+        v = min(max(y[i], a), last)
+        lo, v_lo, v_hi = arithmetic_neighbours(v, a, inv_step, step, last, k)
+        codes[i] = np.int64(lo + (1.0 if v_hi - v <= v - v_lo else 0.0))
 
 
 def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=None):
@@ -1187,7 +1298,7 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=
     rounding, use_rr = codes is None, tables is None
     if not rounding:
         codes = np.ascontiguousarray(codes, dtype=np.int64)
-        y, grid, n = _EMPTY_F, (_EMPTY_F, _EMPTY_I, _EMPTY_F), codes.shape[0]
+        y, grid, n = _EMPTY_F, (_EMPTY_F, _EMPTY_I, _NO_GRID), codes.shape[0]
     else:
         y = np.ascontiguousarray(y, dtype=np.float64)
         codes, n = _EMPTY_I, y.shape[0]

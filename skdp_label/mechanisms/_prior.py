@@ -91,10 +91,13 @@ def nearest_domain_index(values, y):
     labels are clipped into it, a per-label step that needs no budget.
     """
     if np.ndim(y) == 1 and np.shape(y)[0] >= NUMPY_BELOW and len(values) > 1:
-        # Releases: one pass over a bucket table (no binary search, no temporaries).
+        # Releases: one pass by arithmetic on an evenly spaced grid, else over
+        # a bucket table (no binary search, no temporaries); the same indices.
+        from .._kernels._sampling import nearest_indices
         from .bins._sampling import BinLookup
 
-        return BinLookup(values, np.arange(len(values)))(y)
+        codes = nearest_indices(values, y)
+        return BinLookup(values, np.arange(len(values)))(y) if codes is None else codes
     return nearest_by_search(values, y)
 
 
