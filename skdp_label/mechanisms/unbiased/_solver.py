@@ -67,26 +67,40 @@ Structure used here
   short, they return the best candidate found before, made exact like any
   other, and the bound certified so far (valid, less tight). Fits whose
   noise is replayed from a seed or a key (``time_budgets=False``:
-  :func:`skdp_label.utils._random.reproducible_fits`) run them to their
-  end, so that a refit samples from the same distribution.
+  :func:`skdp_label.utils._random.reproducible_fits`) have no clock: their
+  fallback LPs run HiGHS's interior point without crossover for at most
+  ``_LP_IPM_ITERATIONS`` iterations (its dual simplex and crossover were
+  measured to loop for minutes on near-tied labels), so that a refit
+  samples from the same distribution whatever the load. Both kinds of fit
+  give the merge ladder a deterministic work budget (``_LADDER_WORK``).
+* Merge bound: averaging the rows of any mechanism over groups of
+  neighbouring labels gives a mechanism of the merged problem whose loss
+  is larger by the within-group variance, so a merged problem's certified
+  bound minus that variance bounds the original one (clustered labels).
+* Repair: an approximately feasible candidate is made exact by scaling its
+  rays, one column filling the rows, and a small share of the two-point
+  mechanism of 001 Prop. 7 fixing the means (:func:`_two_point_repair`),
+  whose variance does not grow with k as debiased randomized response's
+  does; the one of least loss is kept.
 * Certificate: for *any* duals ``(u, w)`` and any epsilon-DP unbiased
   mechanism (any staircase pattern, not only intervals; any output value)
-  the loss is at least ``sum u + sum w y + min(0, min_{S, z} rc(S, z))``
-  because the ray weights sum to at most 1. The minimum over all subsets
+  the loss is at least ``sum u + sum w y + k / (k + e) min(0, min_{S, z} rc(S, z))``
+  because the ray weights sum to at most ``k / (k + e)`` (the rows sum to
+  1 and every ray has a high entry: :func:`_weight_mass`). The minimum over all subsets
   ``S`` and real ``z`` is exact: for fixed ``z`` the best ``S`` is the set of
   inputs with negative per-input reduced cost, and between consecutive
   roots of those quadratics the reduced cost is one quadratic in ``z``
   (a sweep over the sorted roots, ``O(k log k)``). The bound is concave in
   the duals, so the best scaling ``theta (u, w)``, ``0 <= theta <= 1``, is
   found by golden section (inexact duals at a large epsilon).
-* Certificate tolerance: the relative gap ``(loss - bound) / loss`` is
-  accepted up to ``gap_tol`` plus ``slack / loss``, ``slack = 1e-14 e^eps``
-  (labels scaled to ``[-1, 1]``; reduced costs are sums of terms up to
-  ``e^eps``). That slack is a worst case: at epsilon >~ 15 it exceeds the
-  loss itself, so the acceptance there says nothing, while the measured
-  relative gaps of the returned bound were far tighter (1e-3 at epsilon
-  30 on integers 0..58). ``lower_bound`` is valid either way.
-  ``lower_bound`` reports it, so optimality is checked, not assumed.
+* Certificate tolerance: a solution is *certified* when the relative gap
+  ``(loss - bound) / loss`` is at most ``gap_tol`` plus ``slack / loss``,
+  ``slack = 1e-14 e^eps k / (k + e)`` (labels scaled to ``[-1, 1]``; the
+  rounding of reduced costs, sums of terms up to ``e^eps``, weighted like
+  the violation term). At epsilon >~ 15 on irregular priors the loss is
+  ``e^-eps``-small against duals of order 1 and float64 may not resolve a
+  relative gap at all; ``lower_bound`` is valid either way and reports it,
+  so optimality is checked, not assumed.
 
 Exactness of the returned mechanism: columns are exact rays ``t_j a_j``
 (so the DP ratio is ``e^eps`` up to one rounding), and the weights and
@@ -1156,7 +1170,6 @@ def _two_point_repair(y, p, e, cover, t, z):
     Columns are returned as exact rays (:func:`_column_rays`). None when
     no choice keeps every entry valid.
     """
-    k = y.size
     rp = _RayProducts(cover, e)
     rows = rp.dot(t)
     scale = e / ((1.0 + e) * float(rows.max()) - float(rows.min()))
