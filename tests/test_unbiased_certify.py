@@ -160,6 +160,8 @@ def test_merge_ladder_stops_at_a_fine_level_that_does_not_help(monkeypatch):
     # (case 190: 4.5e-8); this small prior's path stops further away, so the
     # gate is opened here to exercise the stop itself.
     monkeypatch.setattr(_solver, "_NEAR_FEASIBLE", np.inf)
+    # (The ladder's work budget is another stop, tested apart.)
+    monkeypatch.setattr(_solver, "_LADDER_WORK", np.inf)
     levels = []
     merged = _solver._merged_labels_solution
 
@@ -385,3 +387,33 @@ def test_seeded_fits_are_reproducible_and_certified_on_many_small_priors(monkeyp
             again = optimal_unbiased_continuous(y, p, eps, time_budgets=False)
             for a, b in zip((outputs, matrix, lower), again):
                 np.testing.assert_array_equal(a, b)
+
+
+def test_merge_ladder_work_budget_is_deterministic(monkeypatch):
+    # The ladder's work is counted in merged problem sizes, not seconds: a
+    # level of n groups costs (n / k)^2 direct solves, and no level starts
+    # past _LADDER_WORK. With a budget below the finest level's cost that
+    # level is never solved; the result stays exact and its bound valid.
+    rng = np.random.default_rng([13, 5000])
+    y, p = irregular_prior(rng, 60, kind=3)
+    eps = 15.0
+    monkeypatch.setattr(_solver, "_FULL_PATTERNS_MAX", 20)
+    monkeypatch.setattr(_solver, "_NEAR_FEASIBLE", np.inf)
+    monkeypatch.setattr(_solver, "_STOP_FINE_LEVELS", False)
+    levels = []
+    merged = _solver._merged_labels_solution
+
+    def recorded(yn, p, e, merge_tol, **kwargs):
+        levels.append(int(np.sum(np.diff(yn) > merge_tol)) + 1)
+        return merged(yn, p, e, merge_tol, **kwargs)
+
+    monkeypatch.setattr(_solver, "_merged_labels_solution", recorded)
+    monkeypatch.setattr(_solver, "_LADDER_WORK", np.inf)
+    _exact_solution_loss(y, p, eps)
+    unbounded = list(levels)
+    assert len(unbounded) >= 2
+    work = np.cumsum([(n / y.size) ** 2 for n in unbounded])
+    levels.clear()
+    monkeypatch.setattr(_solver, "_LADDER_WORK", float(work[-2]))
+    _exact_solution_loss(y, p, eps)
+    assert levels == unbounded[:-1]

@@ -1749,7 +1749,7 @@ _LADDER_GAP = 1e-6
 # Work budget of the merge ladder, in direct solves: a level of ``n`` groups
 # counts ``(n / k)^2`` (the solver's time grows about like k^2). The same
 # for every fit; unseeded fits also have the wall-clock budget above.
-_LADDER_WORK = 1.5
+_LADDER_WORK = 1.0
 # Whether the merge ladder stops at the first level keeping over half the
 # labels that does not cut the loss (see :func:`_solve_normalized`).
 _STOP_FINE_LEVELS = True
