@@ -145,23 +145,15 @@ def test_converged_path_is_not_stalled():
     assert not _direct_path(19)  # integers 0..40, epsilon 1
 
 
-def test_merge_ladder_stops_at_a_fine_level_that_does_not_help(monkeypatch):
-    # Clustered labels at epsilon 15 (the shape of sweep case 190, k = 807,
-    # scaled down: 60 labels, working set above 20): the direct solve does not
-    # certify, so the merge ladder runs. A level keeping over half the labels
-    # costs about a direct solve; once one does not beat the direct solve, the
-    # finer levels (closer copies of it) are not tried. The result stays exact
-    # and its loss is that of the full ladder on this prior.
+def _clustered_ladder(monkeypatch):
+    """A clustered prior at epsilon 15 whose direct solve goes to the merge
+    ladder (60 labels, working set above 20, the near-feasibility gate of
+    the fine-level stop open); the levels (group counts) solved are recorded
+    in the returned list."""
     rng = np.random.default_rng([13, 5000])
     y, p = irregular_prior(rng, 60, kind=3)
-    eps = 15.0
     monkeypatch.setattr(_solver, "_FULL_PATTERNS_MAX", 20)
-    # The stop applies after a direct path that stopped nearly feasible
-    # (case 190: 4.5e-8); this small prior's path stops further away, so the
-    # gate is opened here to exercise the stop itself.
     monkeypatch.setattr(_solver, "_NEAR_FEASIBLE", np.inf)
-    # (The ladder's work budget is another stop, tested apart.)
-    monkeypatch.setattr(_solver, "_LADDER_WORK", np.inf)
     levels = []
     merged = _solver._merged_labels_solution
 
@@ -170,6 +162,22 @@ def test_merge_ladder_stops_at_a_fine_level_that_does_not_help(monkeypatch):
         return merged(yn, p, e, merge_tol, **kwargs)
 
     monkeypatch.setattr(_solver, "_merged_labels_solution", recorded)
+    return y, p, 15.0, levels
+
+
+def test_merge_ladder_stops_at_a_fine_level_that_does_not_help(monkeypatch):
+    # Clustered labels at epsilon 15 (the shape of sweep case 190, k = 807,
+    # scaled down: 60 labels, working set above 20): the direct solve does not
+    # certify, so the merge ladder runs. A level keeping over half the labels
+    # costs about a direct solve; once one does not beat the direct solve, the
+    # finer levels (closer copies of it) are not tried. The result stays exact
+    # and its loss is that of the full ladder on this prior. The stop applies
+    # after a direct path that stopped nearly feasible (case 190: 4.5e-8);
+    # this small prior's path stops further away, so the gate is opened
+    # (_clustered_ladder) to exercise the stop itself.
+    y, p, eps, levels = _clustered_ladder(monkeypatch)
+    # (The ladder's work budget is another stop, tested apart.)
+    monkeypatch.setattr(_solver, "_LADDER_WORK", np.inf)
     loss = _exact_solution_loss(y, p, eps)
     stopped = list(levels)
     assert 2 * stopped[-1] > y.size  # the ladder ended at a fine level...
@@ -394,20 +402,8 @@ def test_merge_ladder_work_budget_is_deterministic(monkeypatch):
     # level of n groups costs (n / k)^2 direct solves, and no level starts
     # past _LADDER_WORK. With a budget below the finest level's cost that
     # level is never solved; the result stays exact and its bound valid.
-    rng = np.random.default_rng([13, 5000])
-    y, p = irregular_prior(rng, 60, kind=3)
-    eps = 15.0
-    monkeypatch.setattr(_solver, "_FULL_PATTERNS_MAX", 20)
-    monkeypatch.setattr(_solver, "_NEAR_FEASIBLE", np.inf)
+    y, p, eps, levels = _clustered_ladder(monkeypatch)
     monkeypatch.setattr(_solver, "_STOP_FINE_LEVELS", False)
-    levels = []
-    merged = _solver._merged_labels_solution
-
-    def recorded(yn, p, e, merge_tol, **kwargs):
-        levels.append(int(np.sum(np.diff(yn) > merge_tol)) + 1)
-        return merged(yn, p, e, merge_tol, **kwargs)
-
-    monkeypatch.setattr(_solver, "_merged_labels_solution", recorded)
     monkeypatch.setattr(_solver, "_LADDER_WORK", np.inf)
     _exact_solution_loss(y, p, eps)
     unbounded = list(levels)
