@@ -1412,7 +1412,7 @@ def _interior_point_rays(y, p, e, ls, rs, t_all, r, m):
     return _exact_rays(y, p, e, cover, t_all[keep], m[keep])
 
 
-def _lp_support_solution(y, p, e, u, w, ls, rs, t_all, r, m):
+def _lp_support_solution(y, p, e, u, w, ls, rs, t_all, r, m, interior=False):
     """Optimal rays by the fixed-output LP when Newton's polish fails.
 
     Candidates are the rays the interior point has not yet ruled out
@@ -1422,7 +1422,7 @@ def _lp_support_solution(y, p, e, u, w, ls, rs, t_all, r, m):
     """
     keep = _candidate_rays(y.size, t_all, r)
     cover = _interval_cover(y.size, ls[keep], rs[keep])
-    return _lp_rays(y, p, e, cover, m[keep], u, w)
+    return _lp_rays(y, p, e, cover, m[keep], u, w, interior=interior)
 
 
 def _ray_loss(y, p, e, cover, t, z):
@@ -1443,9 +1443,9 @@ def _best_output(y, p, e, pattern, w):
     return float(a @ (2.0 * p * y + w)) / (2.0 * float(a @ p))
 
 
-def _lp_rays(y, p, e, cover, z, u, w):
+def _lp_rays(y, p, e, cover, z, u, w, interior=False):
     """Fixed-output LP on the given rays, then Newton's polish if it works."""
-    out = _fixed_output_lp(y, p, e, cover, z)
+    out = _fixed_output_lp(y, p, e, cover, z, interior=interior)
     if out is None:
         return None
     support, t, z = out
@@ -1472,6 +1472,11 @@ def _column_generation(y, p, e, cover, z, bound, slack, gap_tol, *, rounds=10, d
         cov_s = cover[:, support]
         loss = _ray_loss(y, p, e, cov_s, t, z_s)
         best = ((loss - bound - slack) / loss, t, z_s, cov_s, bound)
+        if best[0] <= gap_tol and interior:
+            # An interior point's support is not a vertex's: the polish's
+            # Jacobian is singular and large (its structural-rank check took
+            # 119 s, sweep case 36 with --reproducible).
+            break
         if best[0] <= gap_tol:
             polished = _polish_positive(y, p, e, cov_s, t, u, w)
             if polished is not None:
@@ -1553,7 +1558,8 @@ def _drop_nonpositive(polish, cover, t, u, w):
     return None
 
 
-def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True, deadline=None, timed=True):
+def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True, deadline=None, timed=True,
+                      lp_interior=False):
     """Core of :func:`optimal_unbiased_continuous` on labels in ``[-1, 1]``:
     ``(best, bound)`` with ``best = (relative gap, t, z, cover)``.
 
@@ -1561,7 +1567,10 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True, deadline=None, time
     get time budgets in proportion to the direct solve's time (see
     :data:`_FALLBACK_BUDGET`); ``deadline`` (a :func:`time.perf_counter`
     time, from an enclosing merge ladder) caps them further. ``timed=False``:
-    no budget (the result is then a function of the inputs only)."""
+    no budget (the result is then a function of the inputs only).
+    ``lp_interior``: every LP on HiGHS's interior point (the merged solves
+    of an untimed ladder: a level's dual simplex looped for 110 s, sweep
+    case 36 with ``--reproducible``)."""
     started = time.perf_counter()
     tol_start = tol
     # Rounding floor of the certificate: reduced costs are sums of terms
@@ -1585,7 +1594,8 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True, deadline=None, time
         bound = max(bound, _scaled_dual_bound(yn, p, e, u, w))
         found = _support_solution(yn, p, e, u, w, ls, rs, t_all, r)
         if found is None:
-            found = _lp_support_solution(yn, p, e, u, w, ls, rs, t_all, r, m)
+            found = _lp_support_solution(yn, p, e, u, w, ls, rs, t_all, r, m,
+                                         interior=lp_interior)
         if found is None and _READ_OFF_PATH:
             # Neither the polish nor the LP gave rays: the interior point's
             # own weights, made exact, are a candidate at about the path's
@@ -1628,7 +1638,7 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True, deadline=None, time
             found = _polish_positive(yn, p, e, cover, t0, u_s, w_s)
             if found is None:
                 z0 = np.append(z, _best_output(yn, p, e, pattern, w_s))
-                found = _lp_rays(yn, p, e, cover, z0, u_s, w_s)
+                found = _lp_rays(yn, p, e, cover, z0, u_s, w_s, interior=lp_interior)
             if found is None:
                 break
         if best is not None and best[0] <= gap_tol:
@@ -1789,7 +1799,8 @@ def _merged_labels_solution(yn, p, e, merge_tol, *, tol, gap_tol, deadline=None,
     ym = np.where(mass > 0, np.add.reduceat(p * yn, starts) / np.where(mass > 0, mass, 1.0),
                   np.add.reduceat(yn, starts) / size)
     (_, t, z, cover), merged_bound = _solve_normalized(ym, mass, e, tol=tol, gap_tol=gap_tol,
-                                                       merge=False, deadline=deadline, timed=timed)
+                                                       merge=False, deadline=deadline, timed=timed,
+                                                       lp_interior=not timed)
     # Any mechanism of the original problem, its rows averaged over each
     # group (weights p_i / mass), is an epsilon-DP unbiased mechanism of the
     # merged one (a convex combination of rows keeps every column's ratio)
@@ -1804,7 +1815,9 @@ def _merged_labels_solution(yn, p, e, merge_tol, *, tol, gap_tol, deadline=None,
                            interior=not timed)
     if out is not None:
         support, t_lp, _, u, w = out
-        polished = _polish_positive(ym, mass, e, cover[:, support], t_lp, u, w)
+        # (Not after the interior point: no vertex, see _column_generation.)
+        polished = None if not timed else _polish_positive(ym, mass, e, cover[:, support], t_lp,
+                                                           u, w)
         for uu, ww in [(u, w)] + ([polished[1][2:]] if polished is not None else []):
             share = np.where(mass[group] > 0, p / np.where(mass > 0, mass, 1.0)[group],
                              1.0 / size[group])
