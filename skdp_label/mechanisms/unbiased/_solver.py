@@ -1852,10 +1852,11 @@ def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-
         Run those fallbacks within wall-clock budgets proportional to the
         direct solve's time: then on a loaded machine a prior that needs
         them may get another (equally exact) mechanism with a looser bound.
-        False: no budget, the result is a function of the inputs only
+        False: no clock, the result is a function of the inputs only
         (what seeded and keyed releases need:
-        :func:`skdp_label.utils._random.reproducible_fits`), and a few
-        irregular priors take minutes.
+        :func:`skdp_label.utils._random.reproducible_fits`); the fallbacks
+        then have deterministic budgets (HiGHS's interior point for at most
+        ``_LP_IPM_ITERATIONS`` iterations, the merge ladder's work budget).
 
     Returns
     -------
