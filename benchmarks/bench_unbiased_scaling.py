@@ -26,6 +26,8 @@ shared machine); the growth exponent is fitted to the CPU times. Columns
 (``-``: not run); the sweep's summary gives the largest ratio of a case's
 total time to its time outside them (the "no slow fallback" target).
 ``--sweep-eps 15`` draws every sweep prior's epsilon from that list.
+``--reproducible`` solves as seeded and keyed fits do (``time_budgets=False``:
+no wall-clock budget, the fallbacks' deterministic budgets only).
 
 Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_unbiased_scaling.py``
 (``--sizes 50 200 1000`` to choose k, ``--sizes`` alone to skip them, ``--sweep 0``
@@ -146,12 +148,16 @@ def _stage_columns():
     return "".join(f"{x:>8.2f}" if x is not None else f"{'-':>8}" for x in times)
 
 
+TIME_BUDGETS = [True]  # --reproducible: False
+
+
 def solve(y, p, eps):
     """Wall time, CPU time (``time.process_time``), loss and relative gap;
     ``STAGES.times`` holds the CPU time of the fallback stages of this solve."""
     STAGES.times = {}
     t0, c0 = time.perf_counter(), time.process_time()
-    outputs, matrix, lower = optimal_unbiased_continuous(y, p, eps)
+    outputs, matrix, lower = optimal_unbiased_continuous(y, p, eps,
+                                                         time_budgets=TIME_BUDGETS[0])
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     check_exact_mechanism(y, outputs, matrix, eps)
     loss = mechanism_loss(y, p, outputs, matrix)
@@ -231,7 +237,10 @@ def main():
     parser.add_argument("--all-patterns", action="store_true",
                         help="run the --old checkout's solver over all patterns at any k")
     parser.add_argument("--priors", nargs="+", default=list(PRIORS), choices=list(PRIORS))
+    parser.add_argument("--reproducible", action="store_true",
+                        help="solve as seeded/keyed fits do: no wall-clock budgets")
     args = parser.parse_args()
+    TIME_BUDGETS[0] = not args.reproducible
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"load average {load} on {os.cpu_count()} cores (shared machine: compare ratios)")
     with threadpool_limits(limits=1):
@@ -344,6 +353,9 @@ def sweep(args):
           f"{np.median(times):.3f} s, 95 % {np.quantile(times, 0.95):.2f} s, "
           f"max {times.max():.2f} s (max / median {times.max() / np.median(times):.0f}); "
           f"slowest cases: {' '.join(map(str, slow))}")
+    quantiles = ", ".join(f"{q:.0%} {np.quantile(gaps, q):.1e}" for q in (0.5, 0.75, 0.9, 1.0))
+    print(f"relative gap (loss - certified bound) / loss: {quantiles}; "
+          f"{(gaps <= 1e-4).sum()} within 1e-4")
     extra = times / np.maximum(main, 1e-3)
     some = fb | merged
     print(f"LP fallback on {fb.sum()} (cases {' '.join(map(str, idx[fb]))}), merge ladder on "

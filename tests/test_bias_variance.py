@@ -174,7 +174,7 @@ def test_lower_bound_matches_exhaustive_pricing():
             a = 1.0 + e * np.array(bits)
             qa, qb, qc = a @ p, -(a @ (2 * p * y + w)), a @ (p * y * y - u)
             best = min(best, qc - qb * qb / (4 * qa))
-        expected = u.sum() + w @ y - (w * w / (4 * c * p)).sum() + min(0.0, best)
+        expected = u.sum() + w @ y - (w * w / (4 * c * p)).sum() + min(0.0, best) * k / (k + e)
         assert penalised_lower_bound(y, p, e, c, u, w) == pytest.approx(expected, rel=1e-9, abs=1e-9)
         assert staircase_lower_bound(y, p, e, u, w) - (w * w / (4 * c * p)).sum() == pytest.approx(
             expected, rel=1e-9, abs=1e-9)

@@ -118,7 +118,8 @@ def test_lower_bound_pricing_against_exhaustive_search():
             a = 1.0 + e * np.array(bits)
             qa, qb, qc = a @ p, -(a @ (2 * p * y + w)), a @ (p * y * y - u)
             best = min(best, qc - qb * qb / (4 * qa))
-        expected = u.sum() + w @ y + min(0.0, best)
+        # The violation term weighted by the largest total ray weight, k / (k + e).
+        expected = u.sum() + w @ y + min(0.0, best) * k / (k + e)
         assert staircase_lower_bound(y, p, e, u, w) == pytest.approx(expected, rel=1e-9, abs=1e-9)
 
 

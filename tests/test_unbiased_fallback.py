@@ -205,6 +205,10 @@ def test_untimed_solve_does_not_depend_on_the_clock(monkeypatch):
     _, y, p, eps = sweep_case(17, (20, 300))
     reference = optimal_unbiased_continuous(y, p, eps, time_budgets=False)
     monkeypatch.setattr(_solver, "time", _JumpingClock())
+    # Budgets proportional to the (jumping) direct solve's time would grow
+    # with the clock: zero budgets make every deadline pass at once.
+    monkeypatch.setattr(_solver, "_FALLBACK_BUDGET", {"lp": 0.0, "merge": 0.0})
+    monkeypatch.setattr(_solver, "_MIN_BUDGET", 0.0)
     entered, lps = _fallback_lps(monkeypatch)
     untimed = optimal_unbiased_continuous(y, p, eps, time_budgets=False)
     assert entered == [None] and lps  # no deadline, and the LPs ran

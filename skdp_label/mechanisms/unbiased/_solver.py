@@ -67,26 +67,40 @@ Structure used here
   short, they return the best candidate found before, made exact like any
   other, and the bound certified so far (valid, less tight). Fits whose
   noise is replayed from a seed or a key (``time_budgets=False``:
-  :func:`skdp_label.utils._random.reproducible_fits`) run them to their
-  end, so that a refit samples from the same distribution.
+  :func:`skdp_label.utils._random.reproducible_fits`) have no clock: their
+  fallback LPs run HiGHS's interior point without crossover for at most
+  ``_LP_IPM_ITERATIONS`` iterations (its dual simplex and crossover were
+  measured to loop for minutes on near-tied labels), so that a refit
+  samples from the same distribution whatever the load. Both kinds of fit
+  give the merge ladder a deterministic work budget (``_LADDER_WORK``).
+* Merge bound: averaging the rows of any mechanism over groups of
+  neighbouring labels gives a mechanism of the merged problem whose loss
+  is larger by the within-group variance, so a merged problem's certified
+  bound minus that variance bounds the original one (clustered labels).
+* Repair: an approximately feasible candidate is made exact by scaling its
+  rays, one column filling the rows, and a small share of the two-point
+  mechanism of 001 Prop. 7 fixing the means (:func:`_two_point_repair`),
+  whose variance does not grow with k as debiased randomized response's
+  does; the one of least loss is kept.
 * Certificate: for *any* duals ``(u, w)`` and any epsilon-DP unbiased
   mechanism (any staircase pattern, not only intervals; any output value)
-  the loss is at least ``sum u + sum w y + min(0, min_{S, z} rc(S, z))``
-  because the ray weights sum to at most 1. The minimum over all subsets
+  the loss is at least ``sum u + sum w y + k / (k + e) min(0, min_{S, z} rc(S, z))``
+  because the ray weights sum to at most ``k / (k + e)`` (the rows sum to
+  1 and every ray has a high entry: :func:`_weight_mass`). The minimum over all subsets
   ``S`` and real ``z`` is exact: for fixed ``z`` the best ``S`` is the set of
   inputs with negative per-input reduced cost, and between consecutive
   roots of those quadratics the reduced cost is one quadratic in ``z``
   (a sweep over the sorted roots, ``O(k log k)``). The bound is concave in
   the duals, so the best scaling ``theta (u, w)``, ``0 <= theta <= 1``, is
   found by golden section (inexact duals at a large epsilon).
-* Certificate tolerance: the relative gap ``(loss - bound) / loss`` is
-  accepted up to ``gap_tol`` plus ``slack / loss``, ``slack = 1e-14 e^eps``
-  (labels scaled to ``[-1, 1]``; reduced costs are sums of terms up to
-  ``e^eps``). That slack is a worst case: at epsilon >~ 15 it exceeds the
-  loss itself, so the acceptance there says nothing, while the measured
-  relative gaps of the returned bound were far tighter (1e-3 at epsilon
-  30 on integers 0..58). ``lower_bound`` is valid either way.
-  ``lower_bound`` reports it, so optimality is checked, not assumed.
+* Certificate tolerance: a solution is *certified* when the relative gap
+  ``(loss - bound) / loss`` is at most ``gap_tol`` plus ``slack / loss``,
+  ``slack = 1e-14 e^eps k / (k + e)`` (labels scaled to ``[-1, 1]``; the
+  rounding of reduced costs, sums of terms up to ``e^eps``, weighted like
+  the violation term). At epsilon >~ 15 on irregular priors the loss is
+  ``e^-eps``-small against duals of order 1 and float64 may not resolve a
+  relative gap at all; ``lower_bound`` is valid either way and reports it,
+  so optimality is checked, not assumed.
 
 Exactness of the returned mechanism: columns are exact rays ``t_j a_j``
 (so the DP ratio is ``e^eps`` up to one rounding), and the weights and
@@ -102,13 +116,14 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from functools import partial
 
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy import sparse
 from scipy.linalg import cho_factor, cho_solve, lstsq
-from scipy.optimize import linprog, nnls
+from scipy.optimize import OptimizeWarning, linprog, nnls
 from scipy.sparse.csgraph import structural_rank
 from scipy.sparse.linalg import splu
 from ...utils._repr import public_repr
@@ -805,10 +820,25 @@ def staircase_lower_bound(y, p, e, u, w, *, return_pattern=False):
     f = a2[None, :] * cand[:, None] ** 2 + a1[None, :] * cand[:, None] + a0[None, :]
     rc = f.sum(axis=1) + e * np.minimum(f, 0.0).sum(axis=1)
     best = int(np.argmin(rc))
-    bound = float(u.sum() + w @ y + min(0.0, rc[best]))
+    bound = float(u.sum() + w @ y + min(0.0, rc[best]) * _weight_mass(y.size, e))
     if return_pattern:
         return bound, f[best] < 0
     return bound
+
+
+def _weight_mass(k, e):
+    """Largest total weight ``sum_j t_j`` of the rays of any epsilon-DP
+    mechanism on ``k`` labels: ``k / (k + e)``.
+
+    Every column is a non-negative combination of rays ``1 + e 1_S`` with
+    ``S`` non-empty (the constant ray is the one with ``S`` all labels, up
+    to scale); summing the ``k`` rows (each sums to 1) gives
+    ``sum_j t_j (k + e |S_j|) = k``, so ``sum_j t_j <= k / (k + e)``. The
+    certificate's violation term ``min(0, min rc)`` is weighted by it
+    rather than by 1: at epsilon 15 and k = 800 that divides the
+    rounding-level violation of inexact duals by 4,000.
+    """
+    return k / (k + e)
 
 
 def _scaled_dual_bound(y, p, e, u, w, *, evals=24):
@@ -1107,6 +1137,89 @@ def _mix_with_rr(y, p, e, cover, t, s):
     return np.column_stack([cover[:, keep], np.eye(k, dtype=bool)]), t_all, z_all
 
 
+def _column_rays(q, e):
+    """Staircase rays summing to the column ``q`` (max / min <= 1 + e):
+    ``(cover, t)`` with ``sum_j t_j (1 + e 1_{S_j}) = q`` up to rounding.
+
+    The level sets ``S_l = {q >= theta_l}`` of the distinct values
+    ``theta_0 < theta_1 < ...`` carry ``(theta_l - theta_{l-1}) / e``
+    each, and what is left of ``q``'s minimum, ``theta_0 - (max q - min q) / e``
+    (non-negative by the ratio), the constant ray (``S`` all labels)."""
+    levels = np.unique(q)
+    cover = q[:, None] >= levels[None, 1:]
+    t = np.diff(levels) / e
+    rest = max(0.0, levels[0] - (levels[-1] - levels[0]) / e)
+    return (np.column_stack([cover, np.ones((q.size, 1), dtype=bool)]),
+            np.append(t, rest / (1.0 + e)))
+
+
+def _two_point_repair(y, p, e, cover, t, z):
+    """Exactly feasible rays from approximately feasible ones (positive
+    weights), without debiased randomized response's variance.
+
+    Rows: the rays are scaled by ``a = e / ((1 + e) max s - min s)``
+    (``s`` their row sums) and one column ``1 - a s`` is added, which is
+    epsilon-DP by that choice of ``a``; its output is its least-loss one.
+    Means: a share ``lam`` of the two-point mechanism of 001 Prop. 7 with
+    outputs ``-Z, Z`` (``P(Z | i) = (1 + m_i / Z) / 2``, epsilon-DP for any
+    ``|m_i| <= Z e / (e + 2)``) and ``m_i = (y_i - (1 - lam) mean_i) / lam``
+    makes every mean exact. Its loss is at most ``(Z + 1)^2`` per row for
+    labels in ``[-1, 1]``, whatever ``k``: debiased randomized response's
+    grows like ``(k / e)^2`` (sweep case 18, k = 516, epsilon 3: 1,100x the
+    certified bound with it). ``(lam, Z)`` of least loss on a log grid.
+    Columns are returned as exact rays (:func:`_column_rays`). None when
+    no choice keeps every entry valid.
+    """
+    rp = _RayProducts(cover, e)
+    rows = rp.dot(t)
+    scale = e / ((1.0 + e) * float(rows.max()) - float(rows.min()))
+    t = t * scale
+    cols_cover, cols_t, cols_z = [cover], [t], [z]
+    extra = 1.0 - scale * rows
+    if extra.max() > 0:
+        z_x = float(p @ (extra * y)) / max(float(p @ extra), 1e-300)
+        cov_x, t_x = _column_rays(np.maximum(extra, 0.0), e)
+        cols_cover.append(cov_x)
+        cols_t.append(t_x)
+        cols_z.append(np.full(t_x.size, z_x))
+    cover, t, z = (np.column_stack(cols_cover), np.concatenate(cols_t),
+                   np.concatenate(cols_z))
+    rp = _RayProducts(cover, e)
+    means = rp.dot(t * z)
+    base = _ray_loss(y, p, e, cover, t, z)
+    reach = e / (e + 2.0)
+    best = None
+    for big in 1.0 / reach * np.array([1.05, 1.2, 1.5, 2.0, 3.0, 5.0]):
+        # Two-point loss per row: q (Z - y)^2 + (1 - q) (Z + y)^2 with
+        # q = (1 + m / Z) / 2, i.e. Z^2 - 2 m y + y^2.
+        need = np.abs(y - means)
+        room = big * reach - np.abs(means)
+        lam_min = float(np.max(need / np.maximum(room, 1e-300))) if need.max() > 0 else 0.0
+        for lam in np.unique(np.concatenate([[lam_min * (1.0 + 1e-9)],
+                                             np.logspace(-15, 0, 31)])):
+            if lam < lam_min * (1.0 + 1e-9) or lam <= 0 or lam > 1:
+                continue
+            m = (y - (1.0 - lam) * means) / lam
+            if np.abs(m).max() > big * reach:
+                continue
+            loss = (1.0 - lam) * base + lam * float(p @ (big * big - 2.0 * m * y + y * y))
+            if best is None or loss < best[0]:
+                best = (loss, lam, big, m)
+    if best is None:
+        return None
+    _, lam, big, m = best
+    q = 0.5 * (1.0 + m / big)
+    out_cover, out_t, out_z = [cover], [(1.0 - lam) * t], [z]
+    for col, out in ((q, big), (1.0 - q, -big)):
+        cov_c, t_c = _column_rays(col, e)
+        out_cover.append(cov_c)
+        out_t.append(lam * t_c)
+        out_z.append(np.full(t_c.size, out))
+    cover, t, z = (np.column_stack(out_cover), np.concatenate(out_t), np.concatenate(out_z))
+    keep = t > 0
+    return cover[:, keep], t[keep], z[keep]
+
+
 def _exact_rays(y, p, e, cover, t, z):
     """Rays ``(cover, t, z)`` corrected so that rows sum to 1 and means equal
     ``y`` to rounding error: the minimum-norm correction of ``(t, s = t z)``
@@ -1114,8 +1227,10 @@ def _exact_rays(y, p, e, cover, t, z):
     :func:`_mix_with_rr` (the support may be too small to be unbiased, e.g.
     an LP vertex whose tiny weights were cut at epsilon >~ 15)."""
     s = t * z
-    t_fix, s_fix = _min_norm_repair(cover, e, y, t, s)
     scale = 1.0 + float(np.abs(y).max())
+    if np.all(t > 0) and _feasibility_residual(cover, e, y, t, s) <= 1e-13 * scale:
+        return cover, t, z  # already exact (e.g. repaired before): outputs kept
+    t_fix, s_fix = _min_norm_repair(cover, e, y, t, s)
     if np.all(t_fix > 0):
         t, s = t_fix, s_fix
         if _feasibility_residual(cover, e, y, t, s) <= 1e-13 * scale:
@@ -1123,10 +1238,24 @@ def _exact_rays(y, p, e, cover, t, z):
     elif not np.all(t > 0):
         pos = t > 0
         cover, t, s = cover[:, pos], t[pos], s[pos]
-    return _mix_with_rr(y, p, e, cover, t, s)
+    mixed = _mix_with_rr(y, p, e, cover, t, s)
+    if not t.size:
+        return mixed
+    two_point = _two_point_repair(y, p, e, cover, t, s / t)
+    if two_point is not None:
+        cov2, t2, z2 = two_point
+        if _feasibility_residual(cov2, e, y, t2, t2 * z2) > 1e-13 * scale:
+            # A minimum-norm pass removes the rounding of the new columns
+            # (it moves their outputs apart: kept only when needed).
+            t_fix, s_fix = _min_norm_repair(cov2, e, y, t2, t2 * z2)
+            t2, z2 = t_fix, s_fix / np.where(t_fix > 0, t_fix, 1.0)
+        if (np.all(t2 > 0) and _feasibility_residual(cov2, e, y, t2, t2 * z2) <= 1e-13 * scale
+                and _ray_loss(y, p, e, cov2, t2, z2) < _ray_loss(y, p, e, *mixed)):
+            return cov2, t2, z2
+    return mixed
 
 
-def _fixed_output_lp(y, p, e, cover, z, *, duals=False, deadline=None):
+def _fixed_output_lp(y, p, e, cover, z, *, duals=False, deadline=None, interior=False):
     """Best weights of the given rays with their outputs held at ``z``.
 
     ``cover`` (k x n, boolean) holds each ray's set of high entries (any
@@ -1144,6 +1273,17 @@ def _fixed_output_lp(y, p, e, cover, z, *, duals=False, deadline=None):
     rays with positive weight and their weights ``t``, re-solved exactly on
     that support, or None (also when HiGHS has not finished by ``deadline``,
     a :func:`time.perf_counter` time).
+
+    ``interior=True`` (the fallbacks of fits that must reproduce, which
+    have no wall-clock budget): HiGHS's interior point without crossover,
+    at most ``_LP_IPM_ITERATIONS`` iterations, a budget in its own
+    deterministic units. Its dual simplex was measured to loop on
+    numerical trouble without counting iterations (near-tied labels,
+    k = 807, epsilon 15: 2,000 iterations in 0.2 s, 4,000 not reached in
+    120 s), and so was the crossover; the interior point took 23
+    iterations, 0.4 s. Its weights are interior (not a vertex): the rays
+    above ``1e-9`` of the largest are returned as they are, made exact
+    later like any candidate (:func:`_exact_rays`).
     """
     finite = np.isfinite(z)
     cover, z = cover[:, finite], z[finite]
@@ -1178,14 +1318,41 @@ def _fixed_output_lp(y, p, e, cover, z, *, duals=False, deadline=None):
             options["time_limit"] = deadline - time.perf_counter()
             if options["time_limit"] <= 0:
                 return None
-        res = linprog(cost * low, A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs",
-                      options=options)
-        if res.status in (0, 1):  # solved, or out of time (no retry)
+        if interior:
+            options.update(maxiter=_LP_IPM_ITERATIONS, run_crossover="off")
+        with warnings.catch_warnings():
+            # run_crossover is passed to HiGHS verbatim (scipy warns that it
+            # does not know it).
+            warnings.simplefilter("ignore", OptimizeWarning)
+            res = linprog(cost * low, A_eq=a_eq, b_eq=b_eq, bounds=(0, None),
+                          method="highs-ipm" if interior else "highs", options=options)
+        if res.status in (0, 1):  # solved, or out of time / iterations (no retry)
             break
     if res.status != 0:
         return None
     v = res.x
-    support = np.nonzero(v > 1e-13 * v.max())[0]
+    if interior:
+        support = np.nonzero(v > 1e-9 * v.max())[0]
+        t, s = v[support] * low, v[support] * low * z[support]
+    else:
+        support = np.nonzero(v > 1e-13 * v.max())[0]
+        support, t, s = _exact_on_support(y, e, cover, z, a, low, support)
+        if support is None:
+            return None
+    if duals:
+        # Duals of the differenced rows -> duals of the original rows.
+        lam = res.eqlin.marginals
+        lam_u, lam_w = lam[:k], lam[k:]
+        u = lam_u - np.append(lam_u[1:], 0.0)
+        w = lam_w - np.append(lam_w[1:], 0.0)
+        return np.nonzero(finite)[0][support], t, s / t, u, w
+    return np.nonzero(finite)[0][support], t, s / t
+
+
+def _exact_on_support(y, e, cover, z, a, low, support):
+    """Weights of an LP vertex's rays re-solved exactly on its support
+    (rounding-level residual): ``(support, t, s)``, or None's."""
+    k = y.size
     # Exact weights on the support (rounding-level residual).
     target = np.concatenate([np.ones(k), y])
     for _ in range(4):
@@ -1204,15 +1371,8 @@ def _fixed_output_lp(y, p, e, cover, z, *, duals=False, deadline=None):
             break
         support = support[t > 0]
     else:
-        return None
-    if duals:
-        # Duals of the differenced rows -> duals of the original rows.
-        lam = res.eqlin.marginals
-        lam_u, lam_w = lam[:k], lam[k:]
-        u = lam_u - np.append(lam_u[1:], 0.0)
-        w = lam_w - np.append(lam_w[1:], 0.0)
-        return np.nonzero(finite)[0][support], t, s / t, u, w
-    return np.nonzero(finite)[0][support], t, s / t
+        return None, None, None
+    return support, t, s
 
 
 def _candidate_rays(k, t_all, r):
@@ -1252,7 +1412,7 @@ def _interior_point_rays(y, p, e, ls, rs, t_all, r, m):
     return _exact_rays(y, p, e, cover, t_all[keep], m[keep])
 
 
-def _lp_support_solution(y, p, e, u, w, ls, rs, t_all, r, m):
+def _lp_support_solution(y, p, e, u, w, ls, rs, t_all, r, m, interior=False):
     """Optimal rays by the fixed-output LP when Newton's polish fails.
 
     Candidates are the rays the interior point has not yet ruled out
@@ -1262,7 +1422,7 @@ def _lp_support_solution(y, p, e, u, w, ls, rs, t_all, r, m):
     """
     keep = _candidate_rays(y.size, t_all, r)
     cover = _interval_cover(y.size, ls[keep], rs[keep])
-    return _lp_rays(y, p, e, cover, m[keep], u, w)
+    return _lp_rays(y, p, e, cover, m[keep], u, w, interior=interior)
 
 
 def _ray_loss(y, p, e, cover, t, z):
@@ -1283,9 +1443,9 @@ def _best_output(y, p, e, pattern, w):
     return float(a @ (2.0 * p * y + w)) / (2.0 * float(a @ p))
 
 
-def _lp_rays(y, p, e, cover, z, u, w):
+def _lp_rays(y, p, e, cover, z, u, w, interior=False):
     """Fixed-output LP on the given rays, then Newton's polish if it works."""
-    out = _fixed_output_lp(y, p, e, cover, z)
+    out = _fixed_output_lp(y, p, e, cover, z, interior=interior)
     if out is None:
         return None
     support, t, z = out
@@ -1294,14 +1454,16 @@ def _lp_rays(y, p, e, cover, z, u, w):
     return polished if polished is not None else (cover, (t, z, u, w))
 
 
-def _column_generation(y, p, e, cover, z, bound, slack, gap_tol, *, rounds=10, deadline=None):
+def _column_generation(y, p, e, cover, z, bound, slack, gap_tol, *, rounds=10, deadline=None,
+                       interior=False):
     """Fixed-output LP with exact pricing: add the ray of least reduced cost
     (any pattern, its best output) under the LP's duals until the certified
     gap closes or ``deadline`` passes. Returns ``(gap, t, z, cover, bound)``
     of the last LP that finished, or None."""
     best = None
     for _ in range(rounds):
-        out = _fixed_output_lp(y, p, e, cover, z, duals=True, deadline=deadline)
+        out = _fixed_output_lp(y, p, e, cover, z, duals=True, deadline=deadline,
+                               interior=interior)
         if out is None:
             break
         support, t, z_s, u, w = out
@@ -1310,6 +1472,11 @@ def _column_generation(y, p, e, cover, z, bound, slack, gap_tol, *, rounds=10, d
         cov_s = cover[:, support]
         loss = _ray_loss(y, p, e, cov_s, t, z_s)
         best = ((loss - bound - slack) / loss, t, z_s, cov_s, bound)
+        if best[0] <= gap_tol and interior:
+            # An interior point's support is not a vertex's: the polish's
+            # Jacobian is singular and large (its structural-rank check took
+            # 119 s, sweep case 36 with --reproducible).
+            break
         if best[0] <= gap_tol:
             polished = _polish_positive(y, p, e, cov_s, t, u, w)
             if polished is not None:
@@ -1328,7 +1495,7 @@ def _column_generation(y, p, e, cover, z, bound, slack, gap_tol, *, rounds=10, d
     return best
 
 
-def _fallback_rays(y, p, e, state, best, bound, slack, gap_tol, deadline=None):
+def _fallback_rays(y, p, e, state, best, bound, slack, gap_tol, deadline=None, interior=False):
     """Column generation from every candidate ray; returns ``(best, bound)``.
 
     Candidates: the rays the interior point kept (at the outputs minimising
@@ -1353,7 +1520,7 @@ def _fallback_rays(y, p, e, state, best, bound, slack, gap_tol, deadline=None):
         outputs.append(best[2])
     found = _column_generation(
         y, p, e, np.hstack(covers), np.concatenate(outputs), bound, slack, gap_tol,
-        deadline=deadline,
+        deadline=deadline, interior=interior,
     )
     if found is not None:
         bound = found[4]
@@ -1391,7 +1558,8 @@ def _drop_nonpositive(polish, cover, t, u, w):
     return None
 
 
-def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True, deadline=None, timed=True):
+def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True, deadline=None, timed=True,
+                      lp_interior=False):
     """Core of :func:`optimal_unbiased_continuous` on labels in ``[-1, 1]``:
     ``(best, bound)`` with ``best = (relative gap, t, z, cover)``.
 
@@ -1399,12 +1567,16 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True, deadline=None, time
     get time budgets in proportion to the direct solve's time (see
     :data:`_FALLBACK_BUDGET`); ``deadline`` (a :func:`time.perf_counter`
     time, from an enclosing merge ladder) caps them further. ``timed=False``:
-    no budget (the result is then a function of the inputs only)."""
+    no budget (the result is then a function of the inputs only).
+    ``lp_interior``: every LP on HiGHS's interior point (the merged solves
+    of an untimed ladder: a level's dual simplex looped for 110 s, sweep
+    case 36 with ``--reproducible``)."""
     started = time.perf_counter()
     tol_start = tol
     # Rounding floor of the certificate: reduced costs are sums of terms
     # up to e^eps times the (normalised) squared range.
-    slack = 1e-14 * (1.0 + e)
+    # (Weighted like the violation term it bounds: :func:`_weight_mass`.)
+    slack = 1e-14 * (1.0 + e) * _weight_mass(yn.size, e)
     state = None
     best = None  # (relative gap, t, z, cover, lower) of the best candidate
     bound = -np.inf  # best certified lower bound seen (any duals certify)
@@ -1422,7 +1594,8 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True, deadline=None, time
         bound = max(bound, _scaled_dual_bound(yn, p, e, u, w))
         found = _support_solution(yn, p, e, u, w, ls, rs, t_all, r)
         if found is None:
-            found = _lp_support_solution(yn, p, e, u, w, ls, rs, t_all, r, m)
+            found = _lp_support_solution(yn, p, e, u, w, ls, rs, t_all, r, m,
+                                         interior=lp_interior)
         if found is None and _READ_OFF_PATH:
             # Neither the polish nor the LP gave rays: the interior point's
             # own weights, made exact, are a candidate at about the path's
@@ -1465,7 +1638,7 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True, deadline=None, time
             found = _polish_positive(yn, p, e, cover, t0, u_s, w_s)
             if found is None:
                 z0 = np.append(z, _best_output(yn, p, e, pattern, w_s))
-                found = _lp_rays(yn, p, e, cover, z0, u_s, w_s)
+                found = _lp_rays(yn, p, e, cover, z0, u_s, w_s, interior=lp_interior)
             if found is None:
                 break
         if best is not None and best[0] <= gap_tol:
@@ -1480,7 +1653,8 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True, deadline=None, time
         # (which makes it feasible), at a fraction of the solver's time. The
         # bound reported stays a valid one, only not a tight one.
         best, bound = _fallback_rays(yn, p, e, state, best, bound, slack, gap_tol,
-                                     deadline=_stage_deadline(direct, "lp", deadline, timed))
+                                     deadline=_stage_deadline(direct, "lp", deadline, timed),
+                                     interior=not timed)
     if read_off is not None and (
         best is None or _ray_loss(yn, p, e, best[3], best[1], best[2]) > read_off[0]
     ):
@@ -1489,6 +1663,7 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True, deadline=None, time
         ladder_deadline = _stage_deadline(direct, "merge", deadline, timed)
         loss_now = _ray_loss(yn, p, e, best[3], best[1], best[2])
         tried = {1, yn.size}
+        ladder_work = 0.0
         clusters_helped = False
         helped = False  # some level cut the loss
         improving = True  # the last level cut the loss by 10 % or more
@@ -1503,12 +1678,18 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True, deadline=None, time
             # about a direct solve (measured 20-40 s at k = 538-636 where it
             # stalls like it) and is tried only when no level merging
             # clusters helped: it is for a few near-tied pairs (case 2).
-            if ((loss_now - bound) <= 1e-2 * loss_now or (helped and not improving)
+            if ((loss_now - bound) <= _LADDER_GAP * loss_now or (helped and not improving)
                     or ladder_deadline is not None and time.perf_counter() >= ladder_deadline):
                 break
             n_groups = int(np.sum(np.diff(yn) > merge_tol)) + 1
             if n_groups in tried or (clusters_helped and fine(n_groups)):
                 continue
+            # Deterministic work budget (no clock: the same levels run on any
+            # load): a level costs about (n_groups / k)^2 direct solves.
+            level_work = (n_groups / yn.size) ** 2
+            if ladder_work + level_work > _LADDER_WORK:
+                break
+            ladder_work += level_work
             tried.add(n_groups)
             merged = _merged_labels_solution(yn, p, e, merge_tol, tol=tol_start, gap_tol=gap_tol,
                                              deadline=ladder_deadline, timed=timed)
@@ -1552,6 +1733,10 @@ def _solve_normalized(yn, p, e, *, tol, gap_tol, merge=True, deadline=None, time
 # are wall-clock time (HiGHS's ``time_limit``): on a loaded machine a prior
 # that hits one may get a different, equally exact, mechanism.
 _FALLBACK_BUDGET = {"lp": 1.0, "merge": 2.0}
+# Iterations of HiGHS's interior point in an LP of the fallbacks when there
+# is no wall-clock budget (``interior=True`` in :func:`_fixed_output_lp`):
+# a deterministic budget (it converged in 20-40 on the sweep's LPs).
+_LP_IPM_ITERATIONS = 100
 _MIN_BUDGET = 1.0
 
 
@@ -1564,6 +1749,17 @@ def _stage_deadline(direct, stage, outer=None, timed=True):
     return own if outer is None else min(own, outer)
 
 
+# The merge ladder stops at this certified relative gap. It was 1e-2 when
+# the bound came from the merged duals split over the labels (loose); with
+# the merge bound (:func:`_merged_labels_solution`) a level certifies to
+# about its within-group variance, and the next, finer level usually
+# closes the gap further (sweep case 69: a 1e-2 stop left 2.8e-7 more loss
+# than the resumed path).
+_LADDER_GAP = 1e-6
+# Work budget of the merge ladder, in direct solves: a level of ``n`` groups
+# counts ``(n / k)^2`` (the solver's time grows about like k^2). The same
+# for every fit; unseeded fits also have the wall-clock budget above.
+_LADDER_WORK = 1.0
 # Whether the merge ladder stops at the first level keeping over half the
 # labels that does not cut the loss (see :func:`_solve_normalized`).
 _STOP_FINE_LEVELS = True
@@ -1602,13 +1798,26 @@ def _merged_labels_solution(yn, p, e, merge_tol, *, tol, gap_tol, deadline=None,
     size = np.diff(np.append(starts, k))
     ym = np.where(mass > 0, np.add.reduceat(p * yn, starts) / np.where(mass > 0, mass, 1.0),
                   np.add.reduceat(yn, starts) / size)
-    (_, t, z, cover), _ = _solve_normalized(ym, mass, e, tol=tol, gap_tol=gap_tol, merge=False,
-                                            deadline=deadline, timed=timed)
-    bound = -np.inf
-    out = _fixed_output_lp(ym, mass, e, cover, z, duals=True, deadline=deadline)
+    (_, t, z, cover), merged_bound = _solve_normalized(ym, mass, e, tol=tol, gap_tol=gap_tol,
+                                                       merge=False, deadline=deadline, timed=timed,
+                                                       lp_interior=not timed)
+    # Any mechanism of the original problem, its rows averaged over each
+    # group (weights p_i / mass), is an epsilon-DP unbiased mechanism of the
+    # merged one (a convex combination of rows keeps every column's ratio)
+    # whose loss is larger by the within-group variance: the merged bound
+    # minus that variance bounds the original problem (sweep case 33,
+    # clustered, k = 329, epsilon 0.3: 1.2317e7, the split duals 1.23e7 only
+    # after a tight lift; at 1e-6 of the range the within-group variance is
+    # 1e-13 of the loss).
+    within = float(p @ (yn - ym[group]) ** 2)
+    bound = merged_bound - within
+    out = _fixed_output_lp(ym, mass, e, cover, z, duals=True, deadline=deadline,
+                           interior=not timed)
     if out is not None:
         support, t_lp, _, u, w = out
-        polished = _polish_positive(ym, mass, e, cover[:, support], t_lp, u, w)
+        # (Not after the interior point: no vertex, see _column_generation.)
+        polished = None if not timed else _polish_positive(ym, mass, e, cover[:, support], t_lp,
+                                                           u, w)
         for uu, ww in [(u, w)] + ([polished[1][2:]] if polished is not None else []):
             share = np.where(mass[group] > 0, p / np.where(mass > 0, mass, 1.0)[group],
                              1.0 / size[group])
@@ -1643,10 +1852,11 @@ def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-
         Run those fallbacks within wall-clock budgets proportional to the
         direct solve's time: then on a loaded machine a prior that needs
         them may get another (equally exact) mechanism with a looser bound.
-        False: no budget, the result is a function of the inputs only
+        False: no clock, the result is a function of the inputs only
         (what seeded and keyed releases need:
-        :func:`skdp_label.utils._random.reproducible_fits`), and a few
-        irregular priors take minutes.
+        :func:`skdp_label.utils._random.reproducible_fits`); the fallbacks
+        then have deterministic budgets (HiGHS's interior point for at most
+        ``_LP_IPM_ITERATIONS`` iterations, the merge ladder's work budget).
 
     Returns
     -------
@@ -1678,5 +1888,11 @@ def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-
     # Column j is t_j a_j = t_j (1 + e 1_S): (1 + e) t_j on S, t_j elsewhere
     # (the same floats, without a dense k x m ray matrix besides it).
     matrix = np.where(cover, (1.0 + e) * t[None, :], t[None, :])
+    if np.any(z[1:] == z[:-1]):
+        # Rays at one output (a column of the two-point repair split into
+        # rays, :func:`_column_rays`) are one column: their sum stays in the
+        # epsilon-DP cone (convex), and the matrix keeps about 2k columns.
+        z, first = np.unique(z, return_index=True)
+        matrix = np.add.reduceat(matrix, first, axis=1)
     outputs = center + half * z
     return outputs, matrix, lower * half * half
