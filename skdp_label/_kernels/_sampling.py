@@ -573,7 +573,7 @@ def _gaussian_tail(d, g, rng):
 
 @numba.njit(cache=True, nogil=True)
 def _gaussian_additive(y, rng, granularity, g, records, squeeze, clip, lo, hi, out):
-    qd, frac, scale, half, cell, shift = g[0], g[1], g[2], g[3], g[4], np.int64(g[5])
+    qd, scale, half, cell, shift = g[0], g[2], g[3], g[4], np.int64(g[5])  # g[1]: the tail's
     inv_two_var = g[7]
     unit = np.int64(1) << shift
     unit_f = float(unit)
