@@ -44,7 +44,7 @@ def _same(a, b):
 # which share these kernels' callees), with the number of labels.
 _FITS = [("auto", 3000), ("debiased-rr", 3000), ("laplace", 3000), ("laplace", 12_000),
          ("gaussian", 3000), ("rp-with-prior", 3000), ("rr", 3000), ("rr-on-bins", 3000),
-         ("exponential", 3000)]
+         ("exponential", 3000), ("rr-top-k", 3000)]
 
 
 def _kernel_calls(monkeypatch):
@@ -125,7 +125,7 @@ def test_the_fits_reach_the_kernels(kernel_calls):
     names = {k.py_func.__name__ for k in kernel_calls}
     assert names == {"_staircase_additive", "_staircase_additive_bulk", "_gaussian_additive",
                      "discrete_rows", "kernel", "_randomized_response_contiguous", "_sample_grid",
-                     "_discrete_laplace", "_piece_rows"}
+                     "_discrete_laplace", "_piece_rows", "_rr_top_k_set"}
     assert sum(k.py_func.__name__ == "discrete_rows" for k in kernel_calls) == 3
     assert sum(k.py_func.__name__ == "kernel" for k in kernel_calls) == 2  # lookup, sample
 
