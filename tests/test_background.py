@@ -283,3 +283,25 @@ def test_the_label_check_of_a_cold_cache_runs_in_numpy(monkeypatch):
     monkeypatch.setattr(_twin, "_IN_CACHE", {})
     assert not _twin.would_compile(S.count_outside)  # loaded in this process already
     assert _twin.would_compile(numba.njit(cache=False)(lambda x: x)) is True
+
+
+@pytest.mark.skipif(not hasattr(B.os, "fork"), reason="no fork")
+def test_a_forked_child_does_not_wait_for_its_parents_compilers(monkeypatch):
+    # In the child the watcher thread is gone: a compiler running at the
+    # fork would never be done there, and cancelling it would kill a
+    # process that is not the child's (or a reused pid).
+    pending = _FakeCompiler(None)
+    monkeypatch.setattr(B, "_COMPILERS", B._COMPILERS)
+    B._COMPILERS[S._piece_rows, "pending"] = pending
+    try:
+        with warnings.catch_warnings():  # 3.12+: fork of a multi-threaded process
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = B.os.fork()
+        if pid == 0:  # the child: only os._exit, whatever happens
+            code = 0 if "pending" not in {r for _, r in B._COMPILERS} else 1
+            B.os._exit(code)
+        _, status = B.os.waitpid(pid, 0)
+        assert B.os.waitstatus_to_exitcode(status) == 0
+        assert B._COMPILERS[S._piece_rows, "pending"] is pending  # the parent's kept
+    finally:
+        B._COMPILERS.pop((S._piece_rows, "pending"), None)

@@ -55,6 +55,12 @@ PATIENCE = 30.0
 TIMEOUT = 300.0
 
 _COMPILERS = {}  # (kernel, request) -> _Compiler: one per kernel and signature
+if hasattr(os, "register_at_fork"):
+    # A forked child inherits the compilers but not their watcher threads:
+    # a running one would never look done there (the twin for PATIENCE
+    # seconds, then a kill of a process that is not its child, maybe of a
+    # reused pid). The child starts its own.
+    os.register_at_fork(after_in_child=_COMPILERS.clear)
 
 
 def _encode_type(t):
