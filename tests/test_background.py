@@ -191,6 +191,17 @@ def test_a_compiler_fills_an_empty_cache(monkeypatch, tmp_path):
     assert any(n.startswith("_sampling.count_outside") and n.endswith(".nbc") for n in names)
 
 
+def test_a_compiler_does_not_import_from_the_working_directory(monkeypatch, tmp_path):
+    # ``python -c`` puts the working directory first on sys.path: a json.py
+    # (or numba.py) there would run in the compiler. -P leaves it out.
+    marker = tmp_path / "ran"
+    (tmp_path / "json.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit(7)\n")
+    monkeypatch.chdir(tmp_path)
+    compiler = B._Compiler(B.compile_request(S.count_outside, (np.zeros(10), 0.0, 1.0, True)))
+    assert compiler.done.wait(120)
+    assert compiler.returncode == 0 and not marker.exists()
+
+
 def _reference_call(n=5000):
     y = np.random.default_rng(3).normal(size=n) * 40.0
     c = S.staircase_constants(0.2, 1, 1)

@@ -166,8 +166,10 @@ class _Compiler:
         self.request = request
         self.returncode = None
         self.done = threading.Event()
+        # -P: not the working directory first on sys.path (``-c`` puts it
+        # there: a json.py or numba.py in it would run in the compiler).
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _PROGRAM], stdin=subprocess.PIPE,
+            [sys.executable, "-P", "-c", _PROGRAM], stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         try:
