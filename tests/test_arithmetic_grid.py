@@ -96,3 +96,28 @@ def test_a_wrong_arithmetic_lookup_is_caught():
     broken = (shifted, np.zeros(0, np.int64), np.array([0.0, 1.0, 1.0]))
     wrong = S.sample_rows(np.random.default_rng(7), shifted, y=y, grid=broken, rr=keep)
     assert not np.array_equal(wrong, exact)
+
+
+@pytest.mark.parametrize("values", [np.arange(4.0) * 5e-324, np.arange(5.0) * 1e-310,
+                                    np.arange(5.0) * 2.0**-1030],
+                         ids=["denormal-min", "denormal", "denormal-pow2"])
+def test_a_subnormal_step_keeps_the_search(values):
+    # 1 / step overflows (or the step's roundings are not relative): the
+    # arithmetic guess was nan -> index -2**63 (compiled) or a ValueError (twin).
+    y = _probe(values, np.random.default_rng(4))
+    codes = S.nearest_indices(values, y)
+    assert codes is None or np.array_equal(codes, nearest_by_search(values, y))
+    keep = S.rr_constants(values.size, 0.0)
+    out = S.sample_rows(np.random.default_rng(7), values, y=y, grid=S.rounding_grid(values), rr=keep)
+    ref = S.sample_rows(np.random.default_rng(7), values, y=y,
+                        grid=S.rounding_grid(values, arithmetic=False), rr=keep)
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_a_subnormal_domain_bin_lookup_is_the_search():
+    from skdp_label.mechanisms.bins._sampling import BinLookup
+
+    values = np.arange(6.0) * 5e-324  # span / buckets underflows: 1 / width is inf
+    y = _probe(values, np.random.default_rng(5))
+    lookup = BinLookup(values, np.array([0, 0, 1, 1, 2, 2]))
+    np.testing.assert_array_equal(lookup(y), lookup.bin_map[nearest_by_search(values, y)])

@@ -44,7 +44,7 @@ def _same(a, b):
 # which share these kernels' callees), with the number of labels.
 _FITS = [("auto", 3000), ("debiased-rr", 3000), ("laplace", 3000), ("laplace", 12_000),
          ("gaussian", 3000), ("rp-with-prior", 3000), ("rr", 3000), ("rr-on-bins", 3000),
-         ("exponential", 3000)]
+         ("exponential", 3000), ("rr-top-k", 3000)]
 
 
 def _kernel_calls(monkeypatch):
@@ -125,7 +125,7 @@ def test_the_fits_reach_the_kernels(kernel_calls):
     names = {k.py_func.__name__ for k in kernel_calls}
     assert names == {"_staircase_additive", "_staircase_additive_bulk", "_gaussian_additive",
                      "discrete_rows", "kernel", "_randomized_response_contiguous", "_sample_grid",
-                     "_discrete_laplace", "_piece_rows"}
+                     "_discrete_laplace", "_piece_rows", "_rr_top_k_set"}
     assert sum(k.py_func.__name__ == "discrete_rows" for k in kernel_calls) == 3
     assert sum(k.py_func.__name__ == "kernel" for k in kernel_calls) == 2  # lookup, sample
 
@@ -189,6 +189,17 @@ def test_a_compiler_fills_an_empty_cache(monkeypatch, tmp_path):
     names = [p.name for p in tmp_path.rglob("*")]
     assert any(n.startswith("_sampling.count_outside") and n.endswith(".nbi") for n in names)
     assert any(n.startswith("_sampling.count_outside") and n.endswith(".nbc") for n in names)
+
+
+def test_a_compiler_does_not_import_from_the_working_directory(monkeypatch, tmp_path):
+    # ``python -c`` puts the working directory first on sys.path: a json.py
+    # (or numba.py) there would run in the compiler. -P leaves it out.
+    marker = tmp_path / "ran"
+    (tmp_path / "json.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit(7)\n")
+    monkeypatch.chdir(tmp_path)
+    compiler = B._Compiler(B.compile_request(S.count_outside, (np.zeros(10), 0.0, 1.0, True)))
+    assert compiler.done.wait(120)
+    assert compiler.returncode == 0 and not marker.exists()
 
 
 def _reference_call(n=5000):
@@ -283,3 +294,25 @@ def test_the_label_check_of_a_cold_cache_runs_in_numpy(monkeypatch):
     monkeypatch.setattr(_twin, "_IN_CACHE", {})
     assert not _twin.would_compile(S.count_outside)  # loaded in this process already
     assert _twin.would_compile(numba.njit(cache=False)(lambda x: x)) is True
+
+
+@pytest.mark.skipif(not hasattr(B.os, "fork"), reason="no fork")
+def test_a_forked_child_does_not_wait_for_its_parents_compilers(monkeypatch):
+    # In the child the watcher thread is gone: a compiler running at the
+    # fork would never be done there, and cancelling it would kill a
+    # process that is not the child's (or a reused pid).
+    pending = _FakeCompiler(None)
+    monkeypatch.setattr(B, "_COMPILERS", B._COMPILERS)
+    B._COMPILERS[S._piece_rows, "pending"] = pending
+    try:
+        with warnings.catch_warnings():  # 3.12+: fork of a multi-threaded process
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = B.os.fork()
+        if pid == 0:  # the child: only os._exit, whatever happens
+            code = 0 if "pending" not in {r for _, r in B._COMPILERS} else 1
+            B.os._exit(code)
+        _, status = B.os.waitpid(pid, 0)
+        assert B.os.waitstatus_to_exitcode(status) == 0
+        assert B._COMPILERS[S._piece_rows, "pending"] is pending  # the parent's kept
+    finally:
+        B._COMPILERS.pop((S._piece_rows, "pending"), None)

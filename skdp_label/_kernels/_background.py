@@ -55,6 +55,12 @@ PATIENCE = 30.0
 TIMEOUT = 300.0
 
 _COMPILERS = {}  # (kernel, request) -> _Compiler: one per kernel and signature
+if hasattr(os, "register_at_fork"):
+    # A forked child inherits the compilers but not their watcher threads:
+    # a running one would never look done there (the twin for PATIENCE
+    # seconds, then a kill of a process that is not its child, maybe of a
+    # reused pid). The child starts its own.
+    os.register_at_fork(after_in_child=_COMPILERS.clear)
 
 
 def _encode_type(t):
@@ -160,8 +166,10 @@ class _Compiler:
         self.request = request
         self.returncode = None
         self.done = threading.Event()
+        # -P: not the working directory first on sys.path (``-c`` puts it
+        # there: a json.py or numba.py in it would run in the compiler).
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _PROGRAM], stdin=subprocess.PIPE,
+            [sys.executable, "-P", "-c", _PROGRAM], stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         try:

@@ -1206,6 +1206,10 @@ def rounding_grid(values, buckets_per_value=4, arithmetic=True):
     span = float(values[-1]) - lo
     nb = max(1, buckets_per_value * k)
     inv_width = nb / span if span > 0 else 0.0
+    if not math.isfinite(inv_width):
+        # A subnormal span: (v - lo) * inf is nan or inf, an int64 of it a wild
+        # index. Bucket 0 for every label; the kernel's walk finds the neighbour.
+        inv_width = 0.0
     edges = lo + np.arange(nb) * (span / nb)
     lower = np.clip(np.searchsorted(values, edges, side="right") - 1, 0, max(k - 2, 0))
     return values, lower.astype(np.int64), np.array([lo, inv_width, 0.0])
@@ -1215,6 +1219,7 @@ def rounding_grid(values, buckets_per_value=4, arithmetic=True):
 # magnitude: the guess floor((v - a) / step) is then off by at most one.
 _MAX_ARITHMETIC_POINTS = 2**30
 _MIN_RELATIVE_STEP = 2.0**-30
+_MIN_NORMAL = 2.0**-1022
 
 
 def arithmetic_grid(values):
@@ -1238,7 +1243,10 @@ def arithmetic_grid(values):
     scale = float(np.max(np.abs(values)))
     # The step of np.linspace (span / (k - 1)), or the first gap.
     for step in ((float(values[-1]) - a) / (k - 1), float(values[1]) - a):
-        if math.isfinite(step) and math.isfinite(scale) and step >= _MIN_RELATIVE_STEP * scale:
+        # A normal step (>= 2**-1022): 1 / step is finite and every rounding
+        # above is relative (a subnormal step's are absolute: 1 / 5e-324 is inf).
+        if (math.isfinite(step) and math.isfinite(scale) and step >= _MIN_NORMAL
+                and step >= _MIN_RELATIVE_STEP * scale):
             inner = a + np.arange(k - 1, dtype=np.float64) * step  # a + i * step, as the kernel
             if np.array_equal(inner, values[:-1]):
                 return step

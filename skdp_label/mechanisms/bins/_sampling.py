@@ -111,6 +111,11 @@ class BinLookup:
         self.pure = np.where(
             changes[hi_idx] == changes[lo_idx], self.bin_map[lo_idx], -1
         ).astype(np.int64)
+        if not np.isfinite(self.inv_width):
+            # A subnormal span: (v - lo) * inf is inf, an int64 of it a wild
+            # index. Bucket 0 for every label, searched from its start.
+            self.inv_width = 0.0
+            self.pure[:] = -1
 
     def _tables(self):
         return self.values, self.bin_map, self.starts, self.pure, self.lo, self.inv_width
