@@ -413,3 +413,36 @@ def test_merge_ladder_work_budget_is_deterministic(monkeypatch):
     monkeypatch.setattr(_solver, "_LADDER_WORK", float(work[-2]))
     _exact_solution_loss(y, p, eps)
     assert levels == unbounded[:-1]
+
+
+def test_equal_outputs_are_one_column():
+    """Columns at one output value (rays of one repair column, or two outputs
+    that rounding makes equal) are summed: no duplicate output values, the
+    same rows, the same means, still epsilon-DP."""
+    rng = np.random.default_rng(5)
+    e = math.expm1(1.0)
+    k, m = 6, 9
+    cover = rng.random((k, m)) < 0.5
+    t = rng.random(m)
+    matrix = np.where(cover, (1.0 + e) * t, t)
+    matrix /= matrix.sum(axis=1, keepdims=True).max()
+    outputs = np.array([-3.0, -1.0, -1.0, 0.0, 0.5, 0.5, 0.5, 2.0, 4.0])
+    merged_out, merged = _solver.merge_equal_outputs(outputs, matrix)
+    np.testing.assert_array_equal(merged_out, np.unique(outputs))
+    np.testing.assert_allclose(merged.sum(axis=1), matrix.sum(axis=1), rtol=1e-15)
+    np.testing.assert_allclose(merged @ merged_out, matrix @ outputs, rtol=1e-14)
+    np.testing.assert_allclose(merged[:, 1], matrix[:, 1] + matrix[:, 2], rtol=0)
+    assert (merged.max(axis=0) <= math.exp(1.0) * merged.min(axis=0) * (1 + 1e-12)).all()
+    same_out, same = _solver.merge_equal_outputs(np.unique(outputs), merged)
+    assert same is merged and same_out.size == merged_out.size  # nothing to merge
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_solver_outputs_are_distinct(seed):
+    rng = np.random.default_rng(seed)
+    values = np.sort(rng.choice(np.arange(-50, 50), size=12, replace=False)).astype(float)
+    prior = rng.dirichlet(np.full(12, 0.5))
+    for epsilon in (0.5, 4.0, 15.0):
+        outputs, matrix, _ = _solver.optimal_unbiased_continuous(values, prior, epsilon)
+        assert np.all(np.diff(outputs) > 0)
+        assert matrix.shape == (12, outputs.size)

@@ -1888,11 +1888,20 @@ def optimal_unbiased_continuous(values, prior, epsilon, *, tol=1e-8, gap_tol=1e-
     # Column j is t_j a_j = t_j (1 + e 1_S): (1 + e) t_j on S, t_j elsewhere
     # (the same floats, without a dense k x m ray matrix besides it).
     matrix = np.where(cover, (1.0 + e) * t[None, :], t[None, :])
-    if np.any(z[1:] == z[:-1]):
-        # Rays at one output (a column of the two-point repair split into
-        # rays, :func:`_column_rays`) are one column: their sum stays in the
-        # epsilon-DP cone (convex), and the matrix keeps about 2k columns.
-        z, first = np.unique(z, return_index=True)
-        matrix = np.add.reduceat(matrix, first, axis=1)
-    outputs = center + half * z
+    outputs, matrix = merge_equal_outputs(center + half * z, matrix)
     return outputs, matrix, lower * half * half
+
+
+def merge_equal_outputs(outputs, matrix):
+    """Columns of equal (sorted) ``outputs`` summed into one.
+
+    Rays at one output (a column of the two-point repair split into rays,
+    :func:`_column_rays`), or at two outputs that ``center + half * z``
+    rounds to one float, are one output of the mechanism: their sum stays
+    in the epsilon-DP cone (convex), the matrix keeps about 2k columns, and
+    ``output_values_`` has no duplicates.
+    """
+    if np.any(outputs[1:] == outputs[:-1]):
+        outputs, first = np.unique(outputs, return_index=True)
+        matrix = np.add.reduceat(matrix, first, axis=1)
+    return outputs, matrix
