@@ -211,11 +211,12 @@ def test_gaussian_cell_table_is_public_and_the_object_holds_no_random_state():
         mech = Gaussian(1.0, bounds=(0.0, 1.0), random_state=0).fit(y)
         mech.transform(y)
         mechs.append(pickle.loads(pickle.dumps(mech)))
-    (s1, t1), (s2, t2) = (m._cell_table for m in mechs)
+    (s1, t1, r1), (s2, t2, r2) = (m._cell_table for m in mechs)  # sigma, table, packed records
     assert s1 == s2 == mechs[0].sigma_units_
     rebuilt = gaussian_cell_table(mechs[0].sigma_units_)
     for a, b, c in zip(t1, t2, rebuilt):
         assert a.tobytes() == b.tobytes() == c.tobytes()
+    assert r1.tobytes() == r2.tobytes() == S.alias_records(rebuilt[1], rebuilt[2]).tobytes()
     assert all(isinstance(a, np.ndarray) and a.dtype.kind in "fi" for a in t1)
     for mech in mechs:
         assert_no_random_state(mech)
@@ -446,9 +447,9 @@ def test_staircase_cached_tables_are_public():
         mech = pickle.loads(pickle.dumps(mech))
         assert_no_random_state(mech)
         tables.append(mech._alias_table)
-    (k1, t1), (k2, t2) = tables
+    (k1, t1, r1), (k2, t2, r2) = tables  # key, tables, their packed records
     assert k1 == k2
-    for a, b in zip(t1, t2):
+    for a, b in zip((*t1, *r1), (*t2, *r2)):
         assert (a is None and b is None) or np.asarray(a).tobytes() == np.asarray(b).tobytes()
 
 

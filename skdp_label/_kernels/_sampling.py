@@ -545,14 +545,18 @@ def _discrete_gaussian(rng, sigma, c, out):
     return out
 
 
-def gaussian_additive(y, rng, granularity, table, clip, lo, hi):
+def gaussian_additive(y, rng, granularity, table, clip, lo, hi, records=None):
     """Labels rounded to the grid plus discrete Gaussian noise in grid units,
     clipped (as :func:`staircase_additive`), drawn by rejection from the
-    envelope of ``table`` (``gaussian_cell_table``): about two digits a label."""
+    envelope of ``table`` (``gaussian_cell_table``): about two digits a label.
+    ``records``: :func:`alias_records` of the table, if kept from an earlier
+    call (as for :func:`staircase_additive_bulk`)."""
     out = np.empty(y.shape[0], dtype=np.float64)
     kernel = kernel_for(_gaussian_additive, rng, y.shape[0])
     g, prob, alias, squeeze = table
-    kernel(y, rng, granularity, g, alias_records(prob, alias), squeeze, clip, lo, hi, out)
+    if records is None:
+        records = alias_records(prob, alias)
+    kernel(y, rng, granularity, g, records, squeeze, clip, lo, hi, out)
     return out
 
 

@@ -27,6 +27,7 @@ from sklearn.utils._param_validation import StrOptions
 
 from ..._accountant import BudgetAccountant
 from ..._kernels._sampling import (
+    alias_records,
     discrete_gaussian,
     gaussian_additive,
     max_staircase_magnitude,
@@ -235,16 +236,16 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
                     if table is not None:
                         *head, starts, sizes = table
                         table = (*head, 1, None, step_records(starts, sizes))
-                cached = self._alias_table = (key, table)
                 # Packed for the kernel once (public, like the table).
-                self._bulk_records = None if table is None else bulk_records(*table[2:4], table[5])
-            table = cached[1]
+                records = None if table is None else bulk_records(*table[2:4], table[5])
+                cached = self._alias_table = (key, table, records)
+            _, table, records = cached
             if table is not None:
                 m0, tail, prob, alias, cell, offsets, steps = table
                 return staircase_additive_bulk(
                     y, rng, self.granularity_, constants,
                     bulk_constants(m0, tail, prob.shape[0], cell), prob, alias, bool(self.clip), lo, hi,
-                    offsets, steps, records=getattr(self, "_bulk_records", None),
+                    offsets, steps, records=records,
                 )
         return staircase_additive(y, rng, self.granularity_, constants, bool(self.clip), lo, hi)
 
@@ -574,8 +575,12 @@ class Gaussian(BaseAdditiveMechanism):
         sigma = self.sigma_units_
         cached = getattr(self, "_cell_table", None)
         if cached is None or cached[0] != sigma:  # rebuilt after a refit
-            cached = self._cell_table = (sigma, gaussian_cell_table(sigma))
-        if cached[1] is None:
+            table = gaussian_cell_table(sigma)
+            # Packed for the kernel once (public, like the table).
+            records = None if table is None else alias_records(table[1], table[2])
+            cached = self._cell_table = (sigma, table, records)
+        _, table, records = cached
+        if table is None:
             return super()._randomize_column(y, rng)
         lo, hi = self._bounds()
-        return gaussian_additive(y, rng, self.granularity_, cached[1], bool(self.clip), lo, hi)
+        return gaussian_additive(y, rng, self.granularity_, table, bool(self.clip), lo, hi, records)
