@@ -13,8 +13,9 @@ timing. Set ``PYTHONPATH`` to measure another checkout.
 
 ``--floors`` adds, timed the same way, what any sampler of the library's
 exactness pays before its own work: a compiled loop that reads one (or two)
-53-bit digits per label from the release's Generator and writes one float64
-per label into a new array, and the label validation ``transform`` runs first (finite values,
+53-bit digits per label from the release's Generator (through its inlined
+PCG64, as the samplers do) and writes one float64 per label into a new
+array, and the label validation ``transform`` runs first (finite values,
 bounds: two reductions over the labels). A mechanism that needs two digits a
 label (randomized rounding then an alias draw; a continuous grid's cell and
 offset) cannot go below the two-digit floor plus the validation.
@@ -26,6 +27,7 @@ classes (a skewed public prior for the prior-based ones), integers
 """
 
 import argparse
+import functools
 import os
 import time
 import warnings
@@ -115,7 +117,11 @@ def _floor_kernels():
 
 def floors(n, gen, repeats):
     """(name, seconds) of the floors described in the module docstring."""
-    one_digit, two_digits = _floor_kernels()
+    from skdp_label._kernels._pcg64 import call_with_stream
+
+    # The samplers' kernels draw through an inlined copy of the Generator's
+    # PCG64 (skdp_label._kernels._pcg64); so do the floors.
+    one_digit, two_digits = (functools.partial(call_with_stream, k, gen) for k in _floor_kernels())
     out = np.empty(n)
     one_digit(gen, out[:10])
     two_digits(gen, out[:10])

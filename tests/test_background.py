@@ -30,6 +30,7 @@ import pytest
 from skdp_label._kernels import _background as B
 from skdp_label._kernels import _sampling as S
 from skdp_label._kernels import _twin
+from skdp_label._kernels._pcg64 import call_with_stream
 from skdp_label._warmup import _public_inputs
 from skdp_label.mechanisms import get_mechanism_class
 
@@ -170,7 +171,11 @@ def test_a_compiler_receives_types_only(kernel_calls):
     request = json.loads(requests[0])
     assert set(request) == {"root", "module", "attribute", "key", "signature"}
     assert request["attribute"] == "_staircase_additive" and request["key"] is None
-    assert request["signature"][1] == {"generator": True}
+    # The compiled kernel draws from the Generator's PCG64 inlined (_pcg64).
+    assert request["signature"][1] == {"pcg64_stream": True}
+    mt = np.random.Generator(np.random.MT19937(0))
+    other = json.loads(B.compile_request(kernel, (y, mt, 0.25, c, True, -5.0, 5.0, np.empty(n))))
+    assert other["signature"][1] == {"generator": True}
     assert request["signature"][0] == {"array": "float64", "ndim": 1, "layout": "C",
                                        "readonly": False, "aligned": True}
     # A closure built at import is named by its dict entry.
@@ -276,7 +281,8 @@ def test_kernel_for_compiles_large_cold_calls_in_the_background(monkeypatch):
     out = np.empty(3)
     large(np.zeros(3), np.random.default_rng(1), out)
     assert _same(out, np.random.default_rng(1).random(3))
-    assert _twin.kernel_for(_uncached, rng, 10**7) is _uncached  # compiled now
+    compiled = _twin.kernel_for(_uncached, rng, 10**7)  # compiled now: no compiler
+    assert compiled.func is call_with_stream and compiled.args == (_uncached, rng)
 
 
 def test_the_label_check_of_a_cold_cache_runs_in_numpy(monkeypatch):

@@ -246,14 +246,22 @@ def _kernel_of(x):
     return x + 1.0
 
 
-def _compiles(picked, kernel, in_cache):
+def _runs_compiled(picked, kernel, rng):
+    """Whether ``picked`` is ``kernel`` compiled, drawing from ``rng`` through
+    an inlined copy of its PCG64 (``_kernels._pcg64``)."""
+    from skdp_label._kernels._pcg64 import call_with_stream
+
+    return picked.func is call_with_stream and picked.args == (kernel, rng)
+
+
+def _compiles(picked, kernel, in_cache, rng):
     """Whether ``picked`` runs ``kernel`` compiled: at once (a warm cache: a
     load), or once compiled in the background, meanwhile its twin
     (a cold cache: ``_kernels._background``)."""
     from skdp_label._kernels._background import run_while_compiling
 
     if in_cache:
-        return picked is kernel
+        return _runs_compiled(picked, kernel, rng)
     return picked.func is run_while_compiling and picked.args == (kernel,)
 
 
@@ -267,14 +275,17 @@ def test_kernel_for_interprets_a_bounded_amount_of_generator_work(monkeypatch, i
     kernel = numba.njit(_kernel_of)
     assert _twin.kernel_for(kernel, rng, cap - 4, 10) is _twin.twin(kernel)
     assert _twin.kernel_for(kernel, rng, 4, 10) is _twin.twin(kernel)
-    assert _compiles(_twin.kernel_for(kernel, rng, 1, 10), kernel, in_cache)  # cap reached
+    assert _compiles(_twin.kernel_for(kernel, rng, 1, 10), kernel, in_cache, rng)  # cap reached
     assert _twin.twin(kernel)(1.0) == kernel(1.0) == 2.0
     other = numba.njit(_kernel_of)
-    assert _compiles(_twin.kernel_for(other, rng, cap + 1, 10), other, in_cache)  # a large call
+    assert _compiles(_twin.kernel_for(other, rng, cap + 1, 10), other, in_cache, rng)  # a large call
     assert _twin.kernel_for(other, _keyed(3), 1, 10) is other  # keyed: compiled
     assert _twin.kernel_for(other, rng, 1, 10) is _twin.twin(other)
     other(1.0)
-    assert _twin.kernel_for(other, rng, 1, 10) is other  # compiled in this process now
+    # compiled in this process now
+    assert _runs_compiled(_twin.kernel_for(other, rng, 1, 10), other, rng)
+    mt = np.random.Generator(np.random.MT19937(0))
+    assert _twin.kernel_for(other, mt, 1, 10) is other  # not PCG64: draws through numpy
 
 
 def test_in_numba_cache_is_whether_a_load_would_find_the_kernel(monkeypatch, tmp_path):

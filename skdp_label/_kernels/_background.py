@@ -15,9 +15,9 @@ filling the cache for the next calls and processes.
 What the compiler receives (:func:`compile_request`) is public by
 construction: the package's directory, the kernel's module and name, and the
 numba type of each argument (dtype, number of dimensions, layout, a tuple's
-member types, "a numpy Generator", "None"). Never an array's contents, a scalar's
-value, the generator or its state: two calls on different labels or from
-different generators send the same request (tests/test_background.py).
+member types, "a numpy Generator", "a PCG64 stream", "None"). Never an
+array's contents, a scalar's value, the generator or its state: two calls on
+different labels or from different generators send the same request (tests/test_background.py).
 
 Chunking relies on a convention of the kernels run through
 :func:`~._twin.kernel_for`: their per-row arrays are the parameters named
@@ -37,6 +37,7 @@ import time
 import numpy as np
 from numba import from_dtype, types
 
+from ._pcg64 import call_with_stream, inlinable, stream_type
 from ._twin import twin
 
 __all__ = ["run_while_compiling", "compile_request", "wait_for_compilers"]
@@ -78,6 +79,8 @@ def _encode_type(t):
         return None if None in members else {"tuple": members}
     if isinstance(t, types.NumPyRandomGeneratorType):
         return {"generator": True}
+    if t == stream_type:
+        return {"pcg64_stream": True}
     if isinstance(t, types.NoneType):
         return {"none": True}
     return None
@@ -93,6 +96,8 @@ def _decode_type(d):
         return types.BaseTuple.from_types([_decode_type(m) for m in d["tuple"]])
     if "none" in d:
         return types.none
+    if "pcg64_stream" in d:
+        return stream_type
     from numba import typeof
 
     return typeof(np.random.default_rng(0))  # a dummy: only its type is used
@@ -119,7 +124,9 @@ def compile_request(kernel, args):
     """The JSON text a compiler receives for ``kernel(*args)`` (None if the
     call's types or the kernel's place cannot be described): types only."""
     place = _locate(kernel)
-    signature = [_encode_type(kernel.typeof_pyval(a)) for a in args]
+    # A Generator on PCG64 reaches the compiled kernel as a PCG64Stream.
+    signature = [_encode_type(stream_type if inlinable(a) else kernel.typeof_pyval(a))
+                 for a in args]
     if place is None or None in signature:
         return None
     package = sys.modules[__name__.split(".")[0]]
@@ -250,6 +257,15 @@ def _rows(args, positions, start, stop):
     return [a[start:stop] if i in positions else a for i, a in enumerate(args)]
 
 
+def _run_compiled(kernel, args):
+    """The compiled ``kernel(*args)``, drawing through a PCG64Stream."""
+    generators = [a for a in args if inlinable(a)]
+    if generators:
+        call_with_stream(kernel, generators[0], *args)
+    else:
+        kernel(*args)
+
+
 def run_while_compiling(kernel, *args):
     """``kernel(*args)``: the twin on chunks of rows while a compiler
     compiles the kernel, then the compiled kernel on the rest. The first
@@ -261,7 +277,7 @@ def run_while_compiling(kernel, *args):
     shape = _row_count(kernel, args)
     request = _request(kernel, args) if shape is not None else None
     if request is None:
-        kernel(*args)
+        _run_compiled(kernel, args)
         return None
     n, positions = shape
     interpreted = twin(kernel)
@@ -285,7 +301,7 @@ def run_while_compiling(kernel, *args):
                 break
     if start < n:
         # Loads what the compiler cached; compiles here if it failed.
-        kernel(*_rows(args, positions, start, n))
+        _run_compiled(kernel, _rows(args, positions, start, n))
     return None
 
 

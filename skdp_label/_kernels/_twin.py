@@ -43,6 +43,7 @@ from numba.core.dispatcher import Dispatcher
 from numba.core.extending import _Intrinsic
 
 from ._intrinsics import float_bits, opaque, prefetch
+from ._pcg64 import call_with_stream, inlinable
 from ._philox import begin_row
 
 __all__ = ["twin", "kernel_for", "call_exact", "would_compile", "MAX_DRAWS", "MAX_LABELS",
@@ -234,7 +235,8 @@ def kernel_for(kernel, rng, n, max_n=MAX_LABELS):
     kernel after interpreting for at most about what that costs, instead of
     interpreting for ever. Keyed sources always run compiled: they are the
     labels party's bulk path. Twin and kernel return the same bits, so the
-    choice changes only the time. Past the caps, a kernel that would compile
+    choice changes only the time. A compiled kernel draws from a ``Generator``
+    on PCG64 through an inlined copy of it (:mod:`._pcg64`), the same digits. Past the caps, a kernel that would compile
     compiles in another process while its twin runs
     (:func:`._background.run_while_compiling`).
     """
@@ -247,6 +249,8 @@ def kernel_for(kernel, rng, n, max_n=MAX_LABELS):
             from ._background import run_while_compiling
 
             return functools.partial(run_while_compiling, kernel)
+        if inlinable(rng):
+            return functools.partial(call_with_stream, kernel, rng)
     return kernel
 
 

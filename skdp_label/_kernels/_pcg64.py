@@ -1,0 +1,160 @@
+"""numpy's PCG64, inlined into the sampling kernels.
+
+A kernel given a numpy ``Generator`` draws each digit through a call of the
+bit generator's ``next_double`` pointer: a few nanoseconds a draw, and the
+call forces the kernel's floating-point registers out to memory around it.
+:class:`PCG64Stream` is the same generator, the same draws in the same
+order, as a numba type whose ``random()`` compiles to a handful of inline
+instructions (one 128-bit multiply and add, an xor and a rotation).
+
+:func:`call_with_stream` runs a compiled kernel on a ``Generator`` backed by
+numpy's ``PCG64`` (the library's release generators): it copies the
+generator's state into a stream, runs the kernel on the stream, and writes
+the advanced state back, so that the ``Generator`` ends exactly where it
+would have ended had the kernel drawn from it directly. The state is written
+back also when the kernel raises (the digits it read are spent, never
+replayed), and the bit generator's lock is held throughout, so that no other
+thread draws the same digits meanwhile. The stream lives for one call: it is
+never stored, returned or pickled (it would reproduce the noise).
+
+The generator (O'Neill 2014, PCG-XSL-RR 128/64, as numpy's ``pcg64.h``):
+``s <- s * M + inc (mod 2**128)``, then the output ``rotr64(hi(s) ^ lo(s),
+s >> 122)``; a double is ``(output >> 11) * 2**-53``. The tests check
+draws, final states and whole kernels against numpy's, bit for bit.
+"""
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.experimental import structref
+from numba.extending import intrinsic, overload_method
+
+__all__ = ["PCG64Stream", "call_with_stream", "inlinable", "stream_type"]
+
+# numpy's PCG_DEFAULT_MULTIPLIER_128
+_MULTIPLIER = (2549297995355413924 << 64) + 4865540595714422341
+_MASK64 = (1 << 64) - 1
+
+
+@intrinsic
+def _pcg64_next(typingctx, hi, lo, inc_hi, inc_lo):
+    """(new state's high word, low word, 64-bit output) of one PCG64 step."""
+    u64 = types.uint64
+    sig = types.UniTuple(u64, 3)(u64, u64, u64, u64)
+
+    def codegen(context, builder, signature, args):
+        i64, i128 = ir.IntType(64), ir.IntType(128)
+
+        def joined(high, low):
+            high = builder.shl(builder.zext(high, i128), ir.Constant(i128, 64))
+            return builder.or_(high, builder.zext(low, i128))
+
+        state = builder.add(builder.mul(joined(args[0], args[1]), ir.Constant(i128, _MULTIPLIER)),
+                            joined(args[2], args[3]))
+        high = builder.trunc(builder.lshr(state, ir.Constant(i128, 64)), i64)
+        low = builder.trunc(state, i64)
+        rotation = builder.trunc(builder.lshr(state, ir.Constant(i128, 122)), i64)
+        folded = builder.xor(high, low)
+        rotate_right = builder.module.declare_intrinsic(
+            "llvm.fshr.i64", fnty=ir.FunctionType(i64, [i64, i64, i64]))
+        output = builder.call(rotate_right, [folded, folded, rotation])
+        return context.make_tuple(builder, signature.return_type, [high, low, output])
+
+    return sig, codegen
+
+
+class _PCG64StreamType(types.StructRef):
+    def preprocess_fields(self, fields):
+        return tuple((name, types.unliteral(typ)) for name, typ in fields)
+
+
+# A StructRef, like _philox.KeyedRows: its numba type is named after its
+# fields, the same in every process, so kernels compiled for it stay cached.
+structref.register(_PCG64StreamType)
+stream_type = _PCG64StreamType([
+    ("hi", types.uint64), ("lo", types.uint64), ("inc_hi", types.uint64), ("inc_lo", types.uint64),
+])
+
+
+class PCG64Stream(structref.StructRefProxy):
+    """A PCG64 state (128-bit state and increment) that compiled kernels
+    draw from like a ``Generator`` (``random()``); see the module doc."""
+
+    def __new__(cls, state, inc):
+        return _new_stream(np.uint64(state >> 64), np.uint64(state & _MASK64),
+                           np.uint64(inc >> 64), np.uint64(inc & _MASK64))
+
+    @property
+    def state(self):
+        """The 128-bit state, as a Python int."""
+        hi, lo = _words(self)
+        return (int(hi) << 64) | int(lo)
+
+    def random(self):
+        """The next uniform double in [0, 1)."""
+        return _call_random(self)
+
+
+structref.define_boxing(_PCG64StreamType, PCG64Stream)
+
+
+@numba.njit(cache=True, nogil=True)
+def _new_stream(hi, lo, inc_hi, inc_lo):
+    self = structref.new(stream_type)
+    self.hi = hi
+    self.lo = lo
+    self.inc_hi = inc_hi
+    self.inc_lo = inc_lo
+    return self
+
+
+@overload_method(_PCG64StreamType, "random", inline="always")
+def _random_method(self):
+    def impl(self):
+        hi, lo, output = _pcg64_next(self.hi, self.lo, self.inc_hi, self.inc_lo)
+        self.hi = hi
+        self.lo = lo
+        return (output >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+    return impl
+
+
+@overload_method(_PCG64StreamType, "begin_row", inline="always")
+def _begin_row_method(self, i):
+    return lambda self, i: None  # one sequential stream, as a Generator's
+
+
+@numba.njit(cache=True, nogil=True)
+def _words(stream):
+    return stream.hi, stream.lo
+
+
+@numba.njit(cache=True, nogil=True)
+def _call_random(stream):
+    return stream.random()
+
+
+def inlinable(rng):
+    """Whether kernels draw from ``rng`` through a :class:`PCG64Stream`."""
+    return isinstance(rng, np.random.Generator) and type(rng.bit_generator) is np.random.PCG64
+
+
+def call_with_stream(kernel, rng, *args):
+    """``kernel(*args)``, each ``rng`` among ``args`` replaced by a
+    :class:`PCG64Stream` of its state when ``rng`` is a ``Generator`` on
+    numpy's ``PCG64`` (else ``kernel(*args)`` as it is); ``rng`` ends in the
+    state it would have reached drawing the kernel's digits itself, also
+    when the kernel raises."""
+    if not inlinable(rng):
+        return kernel(*args)
+    bit_generator = rng.bit_generator
+    with bit_generator.lock:
+        full_state = bit_generator.state
+        words = full_state["state"]
+        stream = PCG64Stream(words["state"], words["inc"])
+        try:
+            return kernel(*[stream if a is rng else a for a in args])
+        finally:
+            words["state"] = stream.state
+            bit_generator.state = full_state

@@ -1,0 +1,117 @@
+"""The inlined PCG64 (``_kernels._pcg64``): numpy's draws and states, bit for
+bit; spent digits never replayed (a raising kernel, two threads); streams
+never kept; other bit generators untouched."""
+
+import gc
+import pickle
+import threading
+
+import numba
+import numpy as np
+import pytest
+
+from skdp_label._kernels import _pcg64
+from skdp_label._kernels._pcg64 import PCG64Stream, call_with_stream, inlinable
+from skdp_label.mechanisms import get_mechanism_class
+
+
+@numba.njit(nogil=True)
+def _fill(rng, out):
+    for i in range(out.shape[0]):
+        out[i] = rng.random()
+
+
+@numba.njit(nogil=True)
+def _fill_then_raise(rng, out, stop):
+    for i in range(out.shape[0]):
+        if i == stop:
+            raise ValueError("stopped")
+        out[i] = rng.random()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2**63 + 5, 12345678901234567890])
+def test_the_stream_draws_numpys_doubles_and_ends_in_its_state(seed):
+    mine, reference = np.random.default_rng(seed), np.random.default_rng(seed)
+    out = np.empty(10_001)
+    call_with_stream(_fill, mine, mine, out)
+    assert np.array_equal(out, reference.random(10_001))
+    assert mine.bit_generator.state == reference.bit_generator.state
+    assert mine.random(3).tolist() == reference.random(3).tolist()
+
+
+def test_the_stream_continues_after_numpys_own_draws_and_keeps_its_buffer():
+    # A buffered 32-bit half (has_uint32) must survive the round trip.
+    mine, reference = np.random.default_rng(7), np.random.default_rng(7)
+    for g in (mine, reference):
+        g.integers(0, 2**32, dtype=np.uint32)
+        g.random(5)
+    assert mine.bit_generator.state["has_uint32"] == 1
+    out = np.empty(100)
+    call_with_stream(_fill, mine, mine, out)
+    assert np.array_equal(out, reference.random(100))
+    assert mine.bit_generator.state == reference.bit_generator.state
+    assert mine.integers(0, 2**32, dtype=np.uint32) == reference.integers(0, 2**32, dtype=np.uint32)
+
+
+def test_a_raising_kernel_spends_the_digits_it_read():
+    # The digits drawn before the error are spent: the next release must not
+    # read them again.
+    mine, reference = np.random.default_rng(3), np.random.default_rng(3)
+    out = np.zeros(50)
+    with pytest.raises(ValueError, match="stopped"):
+        call_with_stream(_fill_then_raise, mine, mine, out, 20)
+    assert np.array_equal(out[:20], reference.random(20))
+    assert mine.bit_generator.state == reference.bit_generator.state
+
+
+def test_two_threads_on_one_generator_never_share_digits():
+    rng = np.random.default_rng(11)
+    outs = [np.empty(200_000) for _ in range(4)]
+    threads = [threading.Thread(target=call_with_stream, args=(_fill, rng, rng, o)) for o in outs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    drawn = np.concatenate(outs)
+    expected = np.random.default_rng(11).random(drawn.shape[0])
+    # Each call read a consecutive block of the one stream, none twice.
+    assert np.unique(drawn).shape[0] == drawn.shape[0]
+    assert np.array_equal(np.sort(drawn), np.sort(expected))
+
+
+@pytest.mark.parametrize("bit_generator", [np.random.MT19937, np.random.Philox, np.random.PCG64DXSM])
+def test_other_bit_generators_draw_through_numpy(bit_generator):
+    mine, reference = (np.random.Generator(bit_generator(5)) for _ in range(2))
+    assert not inlinable(mine)
+    out = np.empty(1000)
+    call_with_stream(_fill, mine, mine, out)
+    assert np.array_equal(out, reference.random(1000))
+    assert mine.random() == reference.random()  # the same state
+
+
+def test_the_wrapper_is_the_exact_type():
+    class Derived(np.random.PCG64):
+        pass
+
+    assert inlinable(np.random.default_rng(0))
+    assert not inlinable(np.random.Generator(Derived(0)))
+    assert not inlinable(np.random.RandomState(0)) and not inlinable(None)
+
+
+def test_streams_are_not_kept_after_a_release():
+    y = np.random.default_rng(0).uniform(0, 400, 50_000)
+    mechanism = get_mechanism_class("laplace")(epsilon=1.0, bounds=(0, 400), random_state=4)
+    mechanism.fit_transform(y)
+    gc.collect()
+    assert not [o for o in gc.get_objects() if isinstance(o, PCG64Stream)]
+    assert b"PCG64Stream" not in pickle.dumps(mechanism)
+    assert not [v for v in vars(_pcg64).values() if isinstance(v, PCG64Stream)]
+
+
+def test_a_wrong_increment_gives_other_draws():
+    # The draw tests above can fail: a stream one bit away from the
+    # generator's state draws other numbers.
+    rng = np.random.default_rng(0)
+    words = rng.bit_generator.state["state"]
+    stream = PCG64Stream(words["state"], words["inc"] ^ 2)
+    assert stream.random() != rng.random()
