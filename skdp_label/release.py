@@ -90,6 +90,9 @@ _ID_FLAG = np.uint64(1 << 63)
 # on this many evenly spaced points over the bounds, at least 8 per point of
 # any auto grid; fit adds them onto the grid once the row count is known.
 _COUNT_POINTS = (1 << 14) + 1
+# Largest transition matrix written into a manifest (8 MB of floats, tens of
+# MB of JSON); a larger one is rebuilt from the parameters.
+_MAX_MANIFEST_ENTRIES = 1_000_000
 
 
 class ReleaseKey:
@@ -615,7 +618,8 @@ class KeyedRelease:
             try:
                 out["input_values"] = _jsonable(mech.input_values_)
                 out["output_values"] = _jsonable(mech.output_values_)
-                out["transition_matrix"] = _jsonable(mech.transition_matrix_)
+                if mech.input_values_.size * mech.output_values_.size <= _MAX_MANIFEST_ENTRIES:
+                    out["transition_matrix"] = _jsonable(mech.transition_matrix_)
             except (AttributeError, ValueError):
                 pass  # too large to build: the parameters rebuild it
         return out

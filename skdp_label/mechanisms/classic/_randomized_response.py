@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 from numpy.typing import ArrayLike
+from sklearn.utils.validation import check_is_fitted
 
 from ..._accountant import BudgetAccountant
 from ..._kernels._sampling import (
@@ -62,7 +63,7 @@ class RandomizedResponse(BaseDiscreteMechanism):
     input_values_, output_values_ : ndarray of shape (k,)
         The classes, in their declared order.
     transition_matrix_ : ndarray of shape (k, k)
-        Exact output distribution for each input class.
+        Exact output distribution for each input class (built on access).
     epsilon_spent_ : float
         Epsilon spent per label by this object so far.
 
@@ -96,7 +97,14 @@ class RandomizedResponse(BaseDiscreteMechanism):
         classes = check_classes(self.classes)
         self.input_values_ = classes
         self.output_values_ = classes
-        self.transition_matrix_ = randomized_response_matrix(classes.shape[0], float(self.epsilon))
+        self._matrix_epsilon = float(self.epsilon)
+
+    @property
+    def transition_matrix_(self) -> np.ndarray:
+        # Built on access, not stored: k² floats (3.2 GB for 20,000 classes)
+        # that a fitted or pickled RR need not carry.
+        check_is_fitted(self, "input_values_")
+        return randomized_response_matrix(self.input_values_.shape[0], self._matrix_epsilon)
 
     def _randomize_column(self, y, rng):
         k = self.input_values_.shape[0]

@@ -53,7 +53,8 @@ _COMMON_PARAMETERS = """
     top_k_ : ndarray of shape (k,)
         The top-k classes for the public ``prior``.
     transition_matrix_ : ndarray of shape (n_classes, n_classes)
-        Exact output distribution of ``transform`` for each input class.
+        Exact output distribution of ``transform`` for each input class
+        (built on access).
     epsilon_spent_ : float
         Epsilon spent per label by this object so far.
 """
@@ -111,7 +112,14 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
         self.k_ = k
         self.top_k_ = classes[np.sort(order[:k])]
         self._in_top = in_top
-        self.transition_matrix_ = rr_top_k_matrix(in_top, float(self.epsilon))
+        self._matrix_epsilon = float(self.epsilon)
+
+    @property
+    def transition_matrix_(self) -> np.ndarray:
+        # Built on access, not stored: k² floats that a fitted or pickled
+        # mechanism over many classes need not carry.
+        check_is_fitted(self, "input_values_")
+        return rr_top_k_matrix(self._in_top, self._matrix_epsilon)
 
     def choose_k(self, priors: ArrayLike) -> np.ndarray:
         """Size of the top-k set for each prior (public computation, free).
@@ -146,7 +154,7 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
         -------
         y_noisy : ndarray of shape (n_samples,)
         """
-        if not hasattr(self, "transition_matrix_"):
+        if not hasattr(self, "input_values_"):
             self.fit(y)
         self._check_unchanged_since_fit()
         y2d, one_d = self._validate_labels(y, reset=False)
