@@ -162,6 +162,25 @@ def _sample(monkeypatch, use_twin, rng, outputs, kwargs):
         return S.sample_rows(rng, outputs, **kwargs)
 
 
+def test_piece_rows_twin_is_the_kernel(monkeypatch):
+    # The 'pieces' rows of sample_rows (the quantization family): labels on
+    # piece ends and an empty piece (t = 0), heavy-tailed tables.
+    outputs, _ = _rows_call(False, False, 600)
+    left, right = _VALUES[:-1].copy(), _VALUES[1:].copy()
+    right[2] = left[2]  # an empty piece
+    y = np.random.default_rng(3).uniform(-1.0, 8.0, 600)
+    y[: 2 * left.size] = np.concatenate([left, right])
+    matrix = _heavy_tail_matrix()
+    tables = S.categorical_tables(np.resize(matrix, (2 * left.size, matrix.shape[1])), rtol=1e-12)
+    kwargs = {"y": y, "pieces": (left, right), "tables": tables}
+    runs = []
+    for use_twin in (True, False):
+        rng = np.random.default_rng(99)
+        runs.append((_sample(monkeypatch, use_twin, rng, outputs, kwargs), _state(rng)))
+    assert _same(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]
+    assert (~np.isin(runs[1][0], outputs[:14])).sum() >= 3  # the exact tail was reached
+
+
 @pytest.mark.parametrize("rounding, values", [(False, _VALUES), (True, _VALUES), (True, _EVEN_VALUES)])
 @pytest.mark.parametrize("use_rr", [False, True])
 def test_finite_output_twin_is_the_kernel(monkeypatch, rounding, values, use_rr):

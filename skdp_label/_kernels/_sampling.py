@@ -1051,7 +1051,9 @@ def _discrete_rows_kernel(rows_from, draw_by):
     """The kernel of :func:`sample_rows` for one path.
 
     ``rows_from`` is ``'codes'`` (row codes given), ``'grid'`` (labels
-    rounded onto a grid) or ``'either'`` (an empty grid means codes);
+    rounded onto a grid), ``'either'`` (an empty grid means codes) or
+    ``'pieces'`` (each label's end of its piece: ``values`` and ``par``
+    hold the pieces' ``left`` and ``right`` ends, see :func:`sample_rows`);
     ``draw_by`` is ``'rr'`` (k-ary randomized response), ``'tables'`` (a
     matrix's tables) or ``'either'`` (RR when constants are given). They are
     constants of the closure (and of its numba cache key): numba prunes the
@@ -1078,6 +1080,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
         """
         k = values.shape[0]
         n_buckets = lower.shape[0]
+        u_width = np.uint64(width)
         if draw_by == "rr" or (draw_by == "either" and rr.shape[0] > 0):
             rr_qd, rr_frac, rr_limit, rr_m = rr[0], rr[1], rr[2], rr[3]
             n_classes = np.int64(rr_m) + 1
@@ -1099,7 +1102,9 @@ def _discrete_rows_kernel(rows_from, draw_by):
         off_at = fbuf[1]  # and the label's offset from it
         for start in range(0, n, _BLOCK):
             stop = min(start + _BLOCK, n)
-            if rows_from == "grid" or (rows_from == "either" and k > 1):
+            if rows_from == "pieces":
+                _piece_positions(y, start, stop, values, par, lo_at, off_at)
+            elif rows_from == "grid" or (rows_from == "either" and k > 1):
                 # Randomized rounding (001 §3): from v_l up to v_h with probability
                 # (v - v_l) / (v_h - v_l); labels outside the grid go to its ends.
                 # The neighbours first, in a pass without randomness (a chain of
@@ -1128,6 +1133,12 @@ def _discrete_rows_kernel(rows_from, draw_by):
                 begin_row(rng, i)  # keyed releases: row i reads its own stream
                 if rows_from == "codes" or (rows_from == "either" and k == 0):
                     row = codes[i]
+                elif rows_from == "pieces":
+                    # The piece's right end (row 2 p + 1) when u < t: as bits.
+                    u = rng.random()
+                    row = 2 * lo_at[i - start] - (
+                        (float_bits(u) - float_bits(off_at[i - start])) >> 63
+                    )
                 elif k == 1:
                     row = 0
                 else:
@@ -1144,33 +1155,38 @@ def _discrete_rows_kernel(rows_from, draw_by):
                         j = rr_code_rare(row, n_classes, d, rr_qd, rr_frac, rr_m, rng)
                     out[i] = outputs[j]
                 else:
-                    qd = heads[row, 0]
+                    # Unsigned indices (rows, cells and outputs are >= 0): numba
+                    # adds no negative-index wraparound to their loads.
+                    r = np.uint64(row)
+                    qd = heads[r, 0]
                     d = _digit(rng)
-                    if _bernoulli_first(d, qd, heads[row, 1], rng):  # the tail (rare), exactly
+                    if _bernoulli_first(d, qd, heads[r, 1], rng):  # the tail (rare), exactly
                         cell_at[i - start] = -1 - group_draw(
                             row, rng, order, cdf, group_end, group_q, n_groups
                         )
                     else:  # the same digit, uniform on the bulk's share, picks a cell
-                        w = (d - qd) * heads[row, 2]  # >= 0
-                        c = min(np.int64(w), np.int64(heads[row, 3]))  # w < K, up to rounding
-                        at = row * width + 2 * c
+                        w = (d - qd) * heads[r, 2]  # >= 0
+                        c = min(np.int64(w), np.int64(heads[r, 3]))  # w < K, up to rounding
+                        at = r * u_width + np.uint64(2 * c)
                         prefetch(flat, at)
-                        cell_at[i - start] = at
+                        cell_at[i - start] = np.int64(at)
                         frac_bits[i - start] = float_bits(w - c)  # w - c >= 0
             if draw_by == "tables" or (draw_by == "either" and rr.shape[0] == 0):
                 for i in range(start, stop):
                     at = cell_at[i - start]
                     if at < 0:
-                        j = -1 - at
+                        j = np.uint64(-1 - at)
                     else:
                         # Own output if frac < threshold, else the alias. Both are
                         # non-negative floats, so their bit patterns compare alike;
                         # the sign of the difference is a mask. (A float compare
                         # and select compiles to a branch, mispredicted on every
                         # other label.)
-                        keep = (frac_bits[i - start] - flat[at]) >> 63
-                        alias = flat[at + 1] >> 32
-                        j = alias + (((flat[at + 1] & 0xFFFFFFFF) - alias) & keep)
+                        ua = np.uint64(at)
+                        keep = (frac_bits[i - start] - flat[ua]) >> 63
+                        pair = flat[ua + np.uint64(1)]
+                        alias = pair >> 32
+                        j = np.uint64(alias + (((pair & 0xFFFFFFFF) - alias) & keep))
                     out[i] = outputs[j]
 
     return discrete_rows
@@ -1182,6 +1198,7 @@ _DISCRETE_ROWS = {
     (False, True): _discrete_rows_kernel("codes", "rr"),
     (True, False): _discrete_rows_kernel("either", "either"),
     (True, True): _discrete_rows_kernel("grid", "rr"),
+    ("pieces", False): _discrete_rows_kernel("pieces", "tables"),
 }
 
 
@@ -1285,7 +1302,8 @@ def _nearest_arithmetic(y, a, inv_step, step, last, k, codes):
         codes[i] = np.int64(lo + (1.0 if v_hi - v <= v - v_lo else 0.0))
 
 
-def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=None):
+def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, pieces=None, tables=None,
+                rr=None):
     """Randomized outputs, one per label, in one pass (see :func:`_discrete_rows_kernel`).
 
     Parameters
@@ -1297,7 +1315,12 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=
     codes : ndarray of int, optional
         Row of each label; or
     y, grid : ndarray, tuple
-        Labels rounded (randomized, unbiased) onto ``grid = rounding_grid(values)``.
+        Labels rounded (randomized, unbiased) onto ``grid = rounding_grid(values)``; or
+    y, pieces : ndarray, tuple
+        Labels on ``pieces = (left, right)`` (with ``tables``): the row of a
+        label in piece ``p`` is ``2 p + 1`` (the right end) with probability
+        ``t``, its position in the piece, else ``2 p``; one uniform, then the
+        row's draw, label by label (as :func:`piece_rows` then the codes).
     tables : tuple, optional
         :func:`categorical_tables` of the matrix; or
     rr : ndarray, optional
@@ -1308,6 +1331,13 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=
     out : ndarray of float64
     """
     rounding, use_rr = codes is None, tables is None
+    key = (rounding, use_rr)
+    if pieces is not None:
+        if codes is not None or grid is not None or use_rr:
+            raise ValueError("pieces go with labels y and tables only")
+        key = ("pieces", False)
+        grid = (np.ascontiguousarray(pieces[0], dtype=np.float64), _EMPTY_I,
+                np.ascontiguousarray(pieces[1], dtype=np.float64))
     if not rounding:
         codes = np.ascontiguousarray(codes, dtype=np.int64)
         y, grid, n = _EMPTY_F, (_EMPTY_F, _EMPTY_I, _NO_GRID), codes.shape[0]
@@ -1322,7 +1352,7 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=
     out = np.empty(n, dtype=np.float64)
     outputs = np.ascontiguousarray(outputs, dtype=np.float64)
     heads, cells, *groups = tables
-    kernel_for(_DISCRETE_ROWS[rounding, use_rr], rng, n)(
+    kernel_for(_DISCRETE_ROWS[key], rng, n)(
         codes, y, *grid, rr, rng, outputs, out, np.empty((3, _BLOCK), dtype=np.int64),
         np.empty((2, _BLOCK)), heads, cells.reshape(-1), 2 * cells.shape[1], *groups,
     )
@@ -1330,9 +1360,15 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=
 
 
 @numba.njit(cache=True, nogil=True)
-def _piece_rows(y, left, right, rng, rows):
+def _piece_positions(y, start, stop, left, right, pos_at, t_at):
+    """Piece ``pos_at[i - start]`` of each label ``y[i]`` (the last whose
+    start ``left[p]`` is <= it, clipped to the pieces) and its position
+    ``t_at[i - start]`` in ``[left[p], right[p]]`` (0 on an empty piece), for
+    ``start <= i < stop``: no randomness (a pass the CPU overlaps across
+    labels), shared by :func:`piece_rows` and the ``'pieces'`` rows of
+    :func:`sample_rows`."""
     m = left.shape[0]
-    for i in range(y.shape[0]):
+    for i in range(start, stop):
         x = y[i]
         lo = 0  # the number of piece starts <= x
         if m <= 64:  # a branch-free count (SIMD) beats mispredicted bisection steps
@@ -1350,10 +1386,18 @@ def _piece_rows(y, left, right, rng, rows):
         a = left[pos]
         width = right[pos] - a
         t = (x - a) / width if width > 0.0 else 0.0
-        t = min(max(t, 0.0), 1.0) + 0.0  # + 0.0: no -0.0 (its bits compare as negative)
+        pos_at[i - start] = pos
+        t_at[i - start] = min(max(t, 0.0), 1.0) + 0.0  # + 0.0: no -0.0 (its bits compare as negative)
+
+
+@numba.njit(cache=True, nogil=True)
+def _piece_rows(y, left, right, rng, rows):
+    t = np.empty(y.shape[0])
+    _piece_positions(y, 0, y.shape[0], left, right, rows, t)
+    for i in range(y.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
         u = rng.random()
-        rows[i] = 2 * pos - ((float_bits(u) - float_bits(t)) >> 63)  # + 1 when u < t
+        rows[i] = 2 * rows[i] - ((float_bits(u) - float_bits(t[i])) >> 63)  # + 1 when u < t
 
 
 def piece_rows(y, left, right, rng):
