@@ -1047,19 +1047,30 @@ def _arithmetic_rounding(y, start, stop, par, last, k, lo_at, gap_at, off_at):
         off_at[i - start] = v - v_lo + 0.0  # + 0.0: see the kernel
 
 
+@numba.njit(cache=True, nogil=True)
+def _categorical_tail_draw(row, d, qd, frac, rng, order, cdf, group_end, group_q, n_groups):
+    """For a first digit ``d <= qd`` of :func:`_discrete_rows_kernel`'s table
+    draw: an output of the row's tail if U < q (:func:`_bernoulli_first`, the
+    tie d = qd read on), else -1 (the bulk). Not inlined: the rare path, out
+    of the hot loop's registers (see :func:`_rr_offset_rare`)."""
+    if d < qd or bernoulli_exact(frac, rng):
+        return group_draw(row, rng, order, cdf, group_end, group_q, n_groups)
+    return np.int64(-1)
+
+
 def _discrete_rows_kernel(rows_from, draw_by):
     """The kernel of :func:`sample_rows` for one path.
 
     ``rows_from`` is ``'codes'`` (row codes given), ``'grid'`` (labels
-    rounded onto a grid), ``'either'`` (an empty grid means codes) or
-    ``'pieces'`` (each label's end of its piece: ``values`` and ``par``
-    hold the pieces' ``left`` and ``right`` ends, see :func:`sample_rows`);
-    ``draw_by`` is ``'rr'`` (k-ary randomized response), ``'tables'`` (a
-    matrix's tables) or ``'either'`` (RR when constants are given). They are
-    constants of the closure (and of its numba cache key): numba prunes the
-    paths a kernel cannot take before typing them, so a fit compiles only
-    the path it samples with. Rounding with tables runs the kernel that
-    decides both per call: pruned, it sampled ~20 % slower (code layout).
+    rounded onto a grid) or ``'pieces'`` (each label's end of its piece:
+    ``values`` and ``par`` hold the pieces' ``left`` and ``right`` ends, see
+    :func:`sample_rows`); ``draw_by`` is ``'rr'`` (k-ary randomized
+    response) or ``'tables'`` (a matrix's tables). They are constants of
+    the closure (and of its numba cache key): numba prunes the paths a
+    kernel cannot take before typing them, so a fit compiles only the path
+    it samples with, and the hot loop tests nothing per label about its
+    path. (Rounding with tables once ran a kernel deciding both per label:
+    since the draws are inlined (:mod:`._pcg64`), pruned is ~10 % faster.)
     """
 
     @numba.njit(cache=True, nogil=True)
@@ -1081,7 +1092,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
         k = values.shape[0]
         n_buckets = lower.shape[0]
         u_width = np.uint64(width)
-        if draw_by == "rr" or (draw_by == "either" and rr.shape[0] > 0):
+        if draw_by == "rr":
             rr_qd, rr_frac, rr_limit, rr_m = rr[0], rr[1], rr[2], rr[3]
             n_classes = np.int64(rr_m) + 1
         else:
@@ -1104,7 +1115,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
             stop = min(start + _BLOCK, n)
             if rows_from == "pieces":
                 _piece_positions(y, start, stop, values, par, lo_at, off_at)
-            elif rows_from == "grid" or (rows_from == "either" and k > 1):
+            elif rows_from == "grid" and k > 1:
                 # Randomized rounding (001 §3): from v_l up to v_h with probability
                 # (v - v_l) / (v_h - v_l); labels outside the grid go to its ends.
                 # The neighbours first, in a pass without randomness (a chain of
@@ -1131,7 +1142,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
                         off_at[i - start] = v - values[lo] + 0.0
             for i in range(start, stop):
                 begin_row(rng, i)  # keyed releases: row i reads its own stream
-                if rows_from == "codes" or (rows_from == "either" and k == 0):
+                if rows_from == "codes":
                     row = codes[i]
                 elif rows_from == "pieces":
                     # The piece's right end (row 2 p + 1) when u < t: as bits.
@@ -1148,7 +1159,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
                     row = lo_at[i - start] - (
                         (float_bits(u * gap_at[i - start]) - float_bits(off_at[i - start])) >> 63
                     )
-                if draw_by == "rr" or (draw_by == "either" and rr.shape[0] > 0):
+                if draw_by == "rr":
                     d = _digit(rng)
                     j = rr_code_common(row, n_classes, d, rr_limit, rr_m)
                     if _rr_rare(d, rr_qd, rr_limit):
@@ -1160,10 +1171,13 @@ def _discrete_rows_kernel(rows_from, draw_by):
                     r = np.uint64(row)
                     qd = heads[r, 0]
                     d = _digit(rng)
-                    if _bernoulli_first(d, qd, heads[r, 1], rng):  # the tail (rare), exactly
-                        cell_at[i - start] = -1 - group_draw(
-                            row, rng, order, cdf, group_end, group_q, n_groups
+                    tail = -1
+                    if d <= qd:  # the tail (rare), exactly; a tie d = qd reads on
+                        tail = _categorical_tail_draw(
+                            row, d, qd, heads[r, 1], rng, order, cdf, group_end, group_q, n_groups
                         )
+                    if tail >= 0:
+                        cell_at[i - start] = -1 - tail
                     else:  # the same digit, uniform on the bulk's share, picks a cell
                         w = (d - qd) * heads[r, 2]  # >= 0
                         c = min(np.int64(w), np.int64(heads[r, 3]))  # w < K, up to rounding
@@ -1171,7 +1185,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
                         prefetch(flat, at)
                         cell_at[i - start] = np.int64(at)
                         frac_bits[i - start] = float_bits(w - c)  # w - c >= 0
-            if draw_by == "tables" or (draw_by == "either" and rr.shape[0] == 0):
+            if draw_by == "tables":
                 for i in range(start, stop):
                     at = cell_at[i - start]
                     if at < 0:
@@ -1196,7 +1210,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
 _DISCRETE_ROWS = {
     (False, False): _discrete_rows_kernel("codes", "tables"),
     (False, True): _discrete_rows_kernel("codes", "rr"),
-    (True, False): _discrete_rows_kernel("either", "either"),
+    (True, False): _discrete_rows_kernel("grid", "tables"),
     (True, True): _discrete_rows_kernel("grid", "rr"),
     ("pieces", False): _discrete_rows_kernel("pieces", "tables"),
 }
