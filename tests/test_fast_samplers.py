@@ -201,15 +201,20 @@ def _keyed(n):
 
 
 @pytest.mark.parametrize("keyed", [False, True])
-@pytest.mark.parametrize("n_pieces", [1, 4, 70])
-def test_piece_rows_kernel_is_the_label_by_label_sampler(keyed, n_pieces):
+@pytest.mark.parametrize("n_pieces, even", [(1, False), (4, False), (5, False), (70, False),
+                                             (5, True), (15, True)])
+def test_piece_rows_kernel_is_the_label_by_label_sampler(keyed, n_pieces, even):
     # The quantization family's path: each label's piece end by one uniform,
     # then its row's draw, label by label in one pass; 600 labels (blocks of
-    # 256), labels on piece ends, an empty piece (t = 0), pieces beyond the
-    # 64 of the branch-free count.
+    # 256), labels on piece ends and outside the pieces, an empty piece
+    # (t = 0); pieces found by counting the starts (<= 64), by bisection
+    # (70) and by arithmetic on evenly spaced ones (MVU's).
     matrix = _heavy_tail_matrix()
     gen = np.random.default_rng(n_pieces)
     edges = np.sort(gen.uniform(0.0, 10.0, n_pieces + 1))
+    if even:
+        edges = np.linspace(0.0, 10.0, n_pieces + 1)
+        assert S.piece_lookup(edges[:-1], edges[1:])[1][1] > 0.0  # the arithmetic lookup
     edges[0], edges[-1] = 0.0, 10.0
     left, right = edges[:-1].copy(), edges[1:].copy()
     if n_pieces > 2:
@@ -219,7 +224,7 @@ def test_piece_rows_kernel_is_the_label_by_label_sampler(keyed, n_pieces):
     outputs = np.arange(matrix.shape[1]) * 0.5 - 3.0
     n = 600
     y = gen.uniform(0.0, 10.0, n)
-    y[: 2 * n_pieces] = np.concatenate([left, right])
+    y[: 2 * n_pieces + 4] = np.concatenate([left, right, [-1.0, -0.0, 10.5, 1e300]])
     source = (lambda: _keyed(n)) if keyed else (lambda: np.random.default_rng(99))
     got = S.sample_rows(source(), outputs, y=y, pieces=(left, right), tables=tables)
     ref = _one_by_one(source(), outputs, tables, y=y, pieces=(left, right))
@@ -271,20 +276,24 @@ def test_cell_thresholds_compare_as_their_floats():
     np.testing.assert_array_equal(a.view(np.int64) < b.view(np.int64), a < b)
 
 
-@pytest.mark.parametrize("n_pieces", [1, 5, 64, 65, 300])
+@pytest.mark.parametrize("n_pieces", [1, 5, 64, 65, 300, -15, -300])
 @pytest.mark.parametrize("keyed", [False, True])
 def test_piece_rows_is_the_vectorised_end_choice(n_pieces, keyed):
+    # n_pieces < 0: |n_pieces| evenly spaced pieces (the arithmetic lookup).
     from skdp_label._kernels._philox import uniforms
     from skdp_label.mechanisms.quantization._core import Pieces
 
-    rng = np.random.default_rng(n_pieces)
-    edges = np.sort(rng.uniform(0.0, 10.0, n_pieces + 1))
+    rng = np.random.default_rng(abs(n_pieces))
+    edges = np.sort(rng.uniform(0.0, 10.0, abs(n_pieces) + 1))
+    if n_pieces < 0:
+        n_pieces = -n_pieces
+        edges = np.linspace(0.0, 10.0, n_pieces + 1)
     edges[0], edges[-1] = 0.0, 10.0
     right = edges[1:].copy()
     if n_pieces > 2:
         right[1] = edges[1]  # an empty piece: t = 0
     pieces = Pieces(edges[:-1], right, 0.0, 10.0)
-    y = np.concatenate([rng.uniform(0.0, 10.0, 2000), edges, [0.0, 10.0]])
+    y = np.concatenate([rng.uniform(0.0, 10.0, 2000), edges, [0.0, 10.0, -3.0, 12.0]])
     source = (lambda: _keyed(y.size)) if keyed else (lambda: np.random.default_rng(7))
     pos, t = pieces.locate(y)
     ref = 2 * pos + (uniforms(source(), y.size) < t)

@@ -1063,8 +1063,8 @@ def _discrete_rows_kernel(rows_from, draw_by):
 
     ``rows_from`` is ``'codes'`` (row codes given), ``'grid'`` (labels
     rounded onto a grid) or ``'pieces'`` (each label's end of its piece:
-    ``values`` and ``par`` hold the pieces' ``left`` and ``right`` ends, see
-    :func:`sample_rows`); ``draw_by`` is ``'rr'`` (k-ary randomized
+    ``values`` and ``right`` hold the pieces' ends, ``par`` their lookup
+    from :func:`piece_lookup`, see :func:`sample_rows`); ``draw_by`` is ``'rr'`` (k-ary randomized
     response) or ``'tables'`` (a matrix's tables). They are constants of
     the closure (and of its numba cache key): numba prunes the paths a
     kernel cannot take before typing them, so a fit compiles only the path
@@ -1075,7 +1075,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
 
     @numba.njit(cache=True, nogil=True)
     def discrete_rows(
-        codes, y, values, lower, par, rr, rng, outputs, out, ibuf, fbuf,
+        codes, y, values, lower, par, right, rr, rng, outputs, out, ibuf, fbuf,
         heads, flat, width, order, cdf, group_end, group_q, n_groups,
     ):
         """Every finite-output sampler.
@@ -1114,7 +1114,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
         for start in range(0, n, _BLOCK):
             stop = min(start + _BLOCK, n)
             if rows_from == "pieces":
-                _piece_positions(y, start, stop, values, par, lo_at, off_at)
+                _piece_positions(y, start, stop, values, right, par, lo_at, off_at)
             elif rows_from == "grid" and k > 1:
                 # Randomized rounding (001 §3): from v_l up to v_h with probability
                 # (v - v_l) / (v_h - v_l); labels outside the grid go to its ends.
@@ -1350,8 +1350,12 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, pieces=None, tab
         if codes is not None or grid is not None or use_rr:
             raise ValueError("pieces go with labels y and tables only")
         key = ("pieces", False)
-        grid = (np.ascontiguousarray(pieces[0], dtype=np.float64), _EMPTY_I,
-                np.ascontiguousarray(pieces[1], dtype=np.float64))
+        left = np.ascontiguousarray(pieces[0], dtype=np.float64)
+        right = np.ascontiguousarray(pieces[1], dtype=np.float64)
+        left, par = piece_lookup(left, right)
+        grid = (left, _EMPTY_I, par)
+    else:
+        right = _EMPTY_F
     if not rounding:
         codes = np.ascontiguousarray(codes, dtype=np.int64)
         y, grid, n = _EMPTY_F, (_EMPTY_F, _EMPTY_I, _NO_GRID), codes.shape[0]
@@ -1367,47 +1371,74 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, pieces=None, tab
     outputs = np.ascontiguousarray(outputs, dtype=np.float64)
     heads, cells, *groups = tables
     kernel_for(_DISCRETE_ROWS[key], rng, n)(
-        codes, y, *grid, rr, rng, outputs, out, np.empty((3, _BLOCK), dtype=np.int64),
+        codes, y, *grid, right, rr, rng, outputs, out, np.empty((3, _BLOCK), dtype=np.int64),
         np.empty((2, _BLOCK)), heads, cells.reshape(-1), 2 * cells.shape[1], *groups,
     )
     return out
 
 
+# Pieces up to which a label's piece is found by counting the starts <= it
+# (branch-free) rather than by arithmetic on evenly spaced starts.
+_COUNTED_PIECES = 4
+
+
+def piece_lookup(left, right):
+    """``(left, par)`` for :func:`_piece_positions`: ``par = (a, 1 / step,
+    step, right[-1])`` when the pieces' starts and last end are an
+    arithmetic grid (:func:`arithmetic_grid`: MVU's pieces) of more than
+    ``_COUNTED_PIECES`` pieces, else zeros (count or bisect the starts)."""
+    left = np.ascontiguousarray(left, dtype=np.float64)
+    right = np.ascontiguousarray(right, dtype=np.float64)
+    step = None
+    if left.shape[0] > _COUNTED_PIECES:
+        step = arithmetic_grid(np.append(left, right[-1]))
+    if step is None:
+        return left, np.zeros(4)
+    return left, np.array([left[0], 1.0 / step, step, right[-1]])
+
+
 @numba.njit(cache=True, nogil=True)
-def _piece_positions(y, start, stop, left, right, pos_at, t_at):
+def _piece_positions(y, start, stop, left, right, par, pos_at, t_at):
     """Piece ``pos_at[i - start]`` of each label ``y[i]`` (the last whose
     start ``left[p]`` is <= it, clipped to the pieces) and its position
     ``t_at[i - start]`` in ``[left[p], right[p]]`` (0 on an empty piece), for
-    ``start <= i < stop``: no randomness (a pass the CPU overlaps across
-    labels), shared by :func:`piece_rows` and the ``'pieces'`` rows of
-    :func:`sample_rows`."""
+    ``start <= i < stop``; ``par`` from :func:`piece_lookup`. No randomness
+    (a pass the CPU overlaps across labels), shared by :func:`piece_rows`
+    and the ``'pieces'`` rows of :func:`sample_rows`."""
     m = left.shape[0]
+    a, inv_step, step, last = par[0], par[1], par[2], par[3]
     for i in range(start, stop):
         x = y[i]
-        lo = 0  # the number of piece starts <= x
-        if m <= 64:  # a branch-free count (SIMD) beats mispredicted bisection steps
+        if inv_step > 0.0:
+            # Evenly spaced starts: the lower neighbour of x on the grid of the
+            # starts and the last end (the same index as the count, bit for bit).
+            v = min(max(x, a), last)
+            pos = np.int64(arithmetic_neighbours(v, a, inv_step, step, last, m + 1)[0])
+        elif m <= 64:  # a branch-free count (SIMD) beats mispredicted bisection steps
+            lo = 0  # the number of piece starts <= x
             for j in range(m):
                 lo += np.int64(left[j] <= x)
+            pos = min(max(lo - 1, 0), m - 1)
         else:
-            hi = m
+            lo, hi = 0, m
             while lo < hi:
                 mid = (lo + hi) >> 1
                 if left[mid] <= x:
                     lo = mid + 1
                 else:
                     hi = mid
-        pos = min(max(lo - 1, 0), m - 1)
-        a = left[pos]
-        width = right[pos] - a
-        t = (x - a) / width if width > 0.0 else 0.0
+            pos = min(max(lo - 1, 0), m - 1)
+        a_pos = left[pos]
+        width = right[pos] - a_pos
+        t = (x - a_pos) / width if width > 0.0 else 0.0
         pos_at[i - start] = pos
         t_at[i - start] = min(max(t, 0.0), 1.0) + 0.0  # + 0.0: no -0.0 (its bits compare as negative)
 
 
 @numba.njit(cache=True, nogil=True)
-def _piece_rows(y, left, right, rng, rows):
+def _piece_rows(y, left, right, par, rng, rows):
     t = np.empty(y.shape[0])
-    _piece_positions(y, 0, y.shape[0], left, right, rows, t)
+    _piece_positions(y, 0, y.shape[0], left, right, par, rows, t)
     for i in range(y.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
         u = rng.random()
@@ -1423,10 +1454,9 @@ def piece_rows(y, left, right, rng):
     affine interpolation inside the piece (randomized quantization, 002)."""
     y = np.ascontiguousarray(y, dtype=np.float64)
     rows = np.empty(y.shape[0], dtype=np.int64)
-    kernel_for(_piece_rows, rng, y.shape[0])(
-        y, np.ascontiguousarray(left, dtype=np.float64),
-        np.ascontiguousarray(right, dtype=np.float64), rng, rows,
-    )
+    right = np.ascontiguousarray(right, dtype=np.float64)
+    left, par = piece_lookup(left, right)
+    kernel_for(_piece_rows, rng, y.shape[0])(y, left, right, par, rng, rows)
     return rows
 
 
