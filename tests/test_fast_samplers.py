@@ -201,14 +201,15 @@ def _keyed(n):
 
 
 @pytest.mark.parametrize("keyed", [False, True])
-@pytest.mark.parametrize("n_pieces, even", [(1, False), (4, False), (5, False), (70, False),
-                                             (5, True), (15, True)])
+@pytest.mark.parametrize("n_pieces, even", [(1, False), (3, False), (4, False), (5, False),
+                                             (70, False), (5, True), (15, True)])
 def test_piece_rows_kernel_is_the_label_by_label_sampler(keyed, n_pieces, even):
     # The quantization family's path: each label's piece end by one uniform,
     # then its row's draw, label by label in one pass; 600 labels (blocks of
     # 256), labels on piece ends and outside the pieces, an empty piece
-    # (t = 0); pieces found by counting the starts (<= 64), by bisection
-    # (70) and by arithmetic on evenly spaced ones (MVU's).
+    # (t = 0); pieces found by three padded starts (<= 4), by counting the
+    # starts (<= 64), by bisection (70) and by arithmetic on evenly spaced
+    # ones (MVU's).
     matrix = _heavy_tail_matrix()
     gen = np.random.default_rng(n_pieces)
     edges = np.sort(gen.uniform(0.0, 10.0, n_pieces + 1))
@@ -276,7 +277,7 @@ def test_cell_thresholds_compare_as_their_floats():
     np.testing.assert_array_equal(a.view(np.int64) < b.view(np.int64), a < b)
 
 
-@pytest.mark.parametrize("n_pieces", [1, 5, 64, 65, 300, -15, -300])
+@pytest.mark.parametrize("n_pieces", [1, 2, 4, 5, 64, 65, 300, -15, -300])
 @pytest.mark.parametrize("keyed", [False, True])
 def test_piece_rows_is_the_vectorised_end_choice(n_pieces, keyed):
     # n_pieces < 0: |n_pieces| evenly spaced pieces (the arithmetic lookup).
