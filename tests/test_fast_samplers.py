@@ -215,11 +215,14 @@ def test_piece_rows_kernel_is_the_label_by_label_sampler(keyed, n_pieces, even):
     edges = np.sort(gen.uniform(0.0, 10.0, n_pieces + 1))
     if even:
         edges = np.linspace(0.0, 10.0, n_pieces + 1)
-        assert S.piece_lookup(edges[:-1], edges[1:])[1][1] > 0.0  # the arithmetic lookup
     edges[0], edges[-1] = 0.0, 10.0
     left, right = edges[:-1].copy(), edges[1:].copy()
     if n_pieces > 2:
         right[1] = left[1]  # an empty piece
+    if even:  # contiguous pieces only take the arithmetic lookup (it reads no ends)
+        assert S.piece_lookup(left, right)[1][1] == 0.0
+        right = edges[1:].copy()
+        assert S.piece_lookup(left, right)[1][1] > 0.0
     rows = np.resize(matrix, (2 * n_pieces, matrix.shape[1]))
     tables = S.categorical_tables(rows, rtol=1e-12)
     outputs = np.arange(matrix.shape[1]) * 0.5 - 3.0
@@ -286,13 +289,15 @@ def test_piece_rows_is_the_vectorised_end_choice(n_pieces, keyed):
 
     rng = np.random.default_rng(abs(n_pieces))
     edges = np.sort(rng.uniform(0.0, 10.0, abs(n_pieces) + 1))
-    if n_pieces < 0:
+    even = n_pieces < 0
+    if even:
         n_pieces = -n_pieces
         edges = np.linspace(0.0, 10.0, n_pieces + 1)
     edges[0], edges[-1] = 0.0, 10.0
     right = edges[1:].copy()
-    if n_pieces > 2:
+    if n_pieces > 2 and not even:
         right[1] = edges[1]  # an empty piece: t = 0
+    assert (S.piece_lookup(edges[:-1], right)[1][1] > 0.0) == even
     pieces = Pieces(edges[:-1], right, 0.0, 10.0)
     y = np.concatenate([rng.uniform(0.0, 10.0, 2000), edges, [0.0, 10.0, -3.0, 12.0]])
     source = (lambda: _keyed(y.size)) if keyed else (lambda: np.random.default_rng(7))

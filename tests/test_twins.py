@@ -165,12 +165,13 @@ def _sample(monkeypatch, use_twin, rng, outputs, kwargs):
 @pytest.mark.parametrize("ends", [_VALUES, np.linspace(-0.5, 7.0, 8)])
 def test_piece_rows_twin_is_the_kernel(monkeypatch, ends):
     # The 'pieces' rows of sample_rows (the quantization family): labels on
-    # piece ends and an empty piece (t = 0), heavy-tailed tables; pieces found
-    # by counting and (7 evenly spaced) by arithmetic.
+    # piece ends, heavy-tailed tables; pieces found by counting (with an empty
+    # piece, t = 0) and, 7 contiguous evenly spaced ones, by arithmetic.
     outputs, _ = _rows_call(False, False, 600)
     left, right = ends[:-1].copy(), ends[1:].copy()
+    if left.size != 7:
+        right[2] = left[2]  # an empty piece
     assert (S.piece_lookup(left, right)[1][1] > 0.0) == (left.size == 7)
-    right[2] = left[2]  # an empty piece
     y = np.random.default_rng(3).uniform(-1.0, 8.0, 600)
     y[: 2 * left.size] = np.concatenate([left, right])
     matrix = _heavy_tail_matrix()

@@ -1399,7 +1399,7 @@ def piece_lookup(left, right):
         par[4 : 3 + left.shape[0]] = left[1:]
         return left, par
     step = arithmetic_grid(np.append(left, right[-1]))
-    if step is not None:
+    if step is not None and np.array_equal(right[:-1], left[1:]):  # contiguous (MVU's)
         par[:4] = left[0], 1.0 / step, step, right[-1]
     return left, par
 
@@ -1417,10 +1417,17 @@ def _piece_positions(y, start, stop, left, right, par, pos_at, t_at):
     for i in range(start, stop):
         x = y[i]
         if inv_step > 0.0:
-            # Evenly spaced starts: the lower neighbour of x on the grid of the
-            # starts and the last end (the same index as the count, bit for bit).
+            # Contiguous pieces on evenly spaced starts: the lower neighbour of x
+            # on the grid of the starts and the last end (the same index as the
+            # count, and the piece's ends, bit for bit; no loads).
             v = min(max(x, a), last)
-            pos = np.int64(arithmetic_neighbours(v, a, inv_step, step, last, m + 1)[0])
+            lo, a_pos, b_pos = arithmetic_neighbours(v, a, inv_step, step, last, m + 1)
+            width = b_pos - a_pos
+            t = (x - a_pos) / width if width > 0.0 else 0.0
+            pos_at[i - start] = np.int64(lo)
+            # + 0.0: no -0.0 (its bits compare as negative)
+            t_at[i - start] = min(max(t, 0.0), 1.0) + 0.0
+            continue
         elif m == 1:  # one piece (OPTM, ERM, randomized quantization)
             pos = 0
         elif m <= _COUNTED_PIECES:  # the padded starts after the first (piece_lookup)
