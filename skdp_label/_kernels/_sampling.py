@@ -1388,9 +1388,10 @@ def piece_lookup(left, right):
     step, right[-1], s1, s2, s3)``. Up to ``_COUNTED_PIECES`` pieces, ``s1,
     s2, s3`` are the starts ``left[1:]`` padded with +inf (the piece is the
     count of them <= the label: three compares, no loop) and ``1 / step`` is
-    0; more pieces whose starts and last end are an arithmetic grid
-    (:func:`arithmetic_grid`: MVU's) have its ``a, 1 / step, step``;
-    otherwise all are 0 (count or bisect the starts)."""
+    0; more pieces, contiguous (``right[p] == left[p + 1]``) and whose
+    starts and last end are an arithmetic grid (:func:`arithmetic_grid`:
+    MVU's), have its ``a, 1 / step, step``; otherwise all are 0 (count or
+    bisect the starts)."""
     left = np.ascontiguousarray(left, dtype=np.float64)
     right = np.ascontiguousarray(right, dtype=np.float64)
     par = np.zeros(7)
