@@ -148,10 +148,15 @@ def test_rounding_in_the_kernel_is_unbiased_and_picks_the_reference_neighbours(v
 # -- the blocked kernel draws what a label-by-label sampler draws --------------
 
 
-def _one_by_one(rng, outputs, tables, codes=None, y=None, values=None):
+def _one_by_one(rng, outputs, tables, codes=None, y=None, values=None, pieces=None,
+                flip_ends=False):
     """Reference: the alias-with-tail sampler label by label in Python, reading
     ``rng`` in the order of the single-pass algorithm (rounding uniform, then
-    the digit, then any tail digits), with float compares."""
+    the digit, then any tail digits), with float compares. ``pieces``: the
+    row is the piece's right end 2 p + 1 when u < t (Pieces.locate), the left
+    end 2 p otherwise (``flip_ends``: the other way round, a mutation)."""
+    from skdp_label.mechanisms.quantization._core import Pieces
+
     heads, cells, order, cdf, group_end, group_q, n_groups = tables
     prob, own, alias = S.unpack_cells(cells)
     n = codes.shape[0] if codes is not None else y.shape[0]
@@ -161,6 +166,9 @@ def _one_by_one(rng, outputs, tables, codes=None, y=None, values=None):
             rng.begin_row(i)
         if codes is not None:
             row = int(codes[i])
+        elif pieces is not None:
+            pos, t = Pieces(*pieces, 0.0, 0.0).locate(y[i : i + 1])
+            row = 2 * int(pos[0]) + int((rng.random() < t[0]) != flip_ends)
         else:
             v = min(max(y[i], values[0]), values[-1])
             lo = int(np.clip(np.searchsorted(values, v, side="right") - 1, 0, values.size - 2))
@@ -190,6 +198,45 @@ def _keyed(n):
 
     lo = np.arange(n, dtype=np.uint64) * np.uint64(7919)
     return KeyedRows(np.uint64(5), np.uint64(6), np.uint64(0), lo, lo + np.uint64(1))
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+@pytest.mark.parametrize("n_pieces, even", [(1, False), (3, False), (4, False), (5, False),
+                                             (70, False), (5, True), (15, True)])
+def test_piece_rows_kernel_is_the_label_by_label_sampler(keyed, n_pieces, even):
+    # The quantization family's path: each label's piece end by one uniform,
+    # then its row's draw, label by label in one pass; 600 labels (blocks of
+    # 256), labels on piece ends and outside the pieces, an empty piece
+    # (t = 0); pieces found by three padded starts (<= 4), by counting the
+    # starts (<= 64), by bisection (70) and by arithmetic on evenly spaced
+    # ones (MVU's).
+    matrix = _heavy_tail_matrix()
+    gen = np.random.default_rng(n_pieces)
+    edges = np.sort(gen.uniform(0.0, 10.0, n_pieces + 1))
+    if even:
+        edges = np.linspace(0.0, 10.0, n_pieces + 1)
+    edges[0], edges[-1] = 0.0, 10.0
+    left, right = edges[:-1].copy(), edges[1:].copy()
+    if n_pieces > 2:
+        right[1] = left[1]  # an empty piece
+    if even:  # contiguous pieces only take the arithmetic lookup (it reads no ends)
+        assert S.piece_lookup(left, right)[1][1] == 0.0
+        right = edges[1:].copy()
+        assert S.piece_lookup(left, right)[1][1] > 0.0
+    rows = np.resize(matrix, (2 * n_pieces, matrix.shape[1]))
+    tables = S.categorical_tables(rows, rtol=1e-12)
+    outputs = np.arange(matrix.shape[1]) * 0.5 - 3.0
+    n = 600
+    y = gen.uniform(0.0, 10.0, n)
+    y[: 2 * n_pieces + 4] = np.concatenate([left, right, [-1.0, -0.0, 10.5, 1e300]])
+    source = (lambda: _keyed(n)) if keyed else (lambda: np.random.default_rng(99))
+    got = S.sample_rows(source(), outputs, y=y, pieces=(left, right), tables=tables)
+    ref = _one_by_one(source(), outputs, tables, y=y, pieces=(left, right))
+    np.testing.assert_array_equal(got, ref)
+    assert (~np.isin(got, outputs[:14])).sum() >= 3  # the tail path ran inside the blocks
+    # Mutation: the ends swapped (right end when u >= t) is seen.
+    flipped = _one_by_one(source(), outputs, tables, y=y, pieces=(left, right), flip_ends=True)
+    assert not np.array_equal(flipped, got)
 
 
 @pytest.mark.parametrize("keyed", [False, True])
@@ -233,20 +280,26 @@ def test_cell_thresholds_compare_as_their_floats():
     np.testing.assert_array_equal(a.view(np.int64) < b.view(np.int64), a < b)
 
 
-@pytest.mark.parametrize("n_pieces", [1, 5, 64, 65, 300])
+@pytest.mark.parametrize("n_pieces", [1, 2, 4, 5, 64, 65, 300, -15, -300])
 @pytest.mark.parametrize("keyed", [False, True])
 def test_piece_rows_is_the_vectorised_end_choice(n_pieces, keyed):
+    # n_pieces < 0: |n_pieces| evenly spaced pieces (the arithmetic lookup).
     from skdp_label._kernels._philox import uniforms
     from skdp_label.mechanisms.quantization._core import Pieces
 
-    rng = np.random.default_rng(n_pieces)
-    edges = np.sort(rng.uniform(0.0, 10.0, n_pieces + 1))
+    rng = np.random.default_rng(abs(n_pieces))
+    edges = np.sort(rng.uniform(0.0, 10.0, abs(n_pieces) + 1))
+    even = n_pieces < 0
+    if even:
+        n_pieces = -n_pieces
+        edges = np.linspace(0.0, 10.0, n_pieces + 1)
     edges[0], edges[-1] = 0.0, 10.0
     right = edges[1:].copy()
-    if n_pieces > 2:
+    if n_pieces > 2 and not even:
         right[1] = edges[1]  # an empty piece: t = 0
+    assert (S.piece_lookup(edges[:-1], right)[1][1] > 0.0) == even
     pieces = Pieces(edges[:-1], right, 0.0, 10.0)
-    y = np.concatenate([rng.uniform(0.0, 10.0, 2000), edges, [0.0, 10.0]])
+    y = np.concatenate([rng.uniform(0.0, 10.0, 2000), edges, [0.0, 10.0, -3.0, 12.0]])
     source = (lambda: _keyed(y.size)) if keyed else (lambda: np.random.default_rng(7))
     pos, t = pieces.locate(y)
     ref = 2 * pos + (uniforms(source(), y.size) < t)

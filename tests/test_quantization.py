@@ -424,16 +424,19 @@ def test_large_epsilon_is_exact():
 
 @pytest.mark.parametrize("name", ["optm", "mvu", "rqm", "erm", "quantization"])
 def test_small_batches_sample_like_the_kernel(name, monkeypatch):
-    # Below NUMPY_BELOW labels the piece ends are chosen in numpy (no kernel to
-    # compile in a first fit): the same outputs, seed for seed, as the kernel.
-    from skdp_label.mechanisms.quantization import _mechanisms
+    # A small batch runs the Python twin of the one-pass kernel (piece end,
+    # then the row's draw): the same outputs, seed for seed, as compiled.
+    from conftest import force_kernels
 
     y = np.random.default_rng(4).uniform(0.0, 10.0, 3000)
     kw = {"epsilon": 1.0, "bounds": (0.0, 10.0), "random_state": 5}
     if name == "mvu":
         kw["outputs"] = 4
-    by_numpy = make_mechanism(name, **kw).fit_transform(y)
-    monkeypatch.setattr(_mechanisms, "NUMPY_BELOW", 0)
-    by_kernel = make_mechanism(name, **kw).fit_transform(y)
-    np.testing.assert_array_equal(by_numpy, by_kernel)
-    assert np.unique(by_numpy).size > 1
+    outs = []
+    for use_twin in (True, False):
+        with monkeypatch.context() as m:
+            used = force_kernels(m, use_twin)
+            outs.append(make_mechanism(name, **kw).fit_transform(y))
+            assert "discrete_rows" in used
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert np.unique(outs[0]).size > 1

@@ -19,8 +19,7 @@ KeyedRows as a StructRef, numpy paths below NUMPY_BELOW).
 * The cached ``_cell_table`` is a function of public quantities only: the
   same bytes for two fits on different labels, equal to a table rebuilt from
   ``sigma_units_``; no random state in the (pickled) object.
-* The numpy paths below NUMPY_BELOW give what the kernels give: the
-  quantization mechanism's rows at n = 99,999 (Generator and keyed), nearest
+* The numpy paths below NUMPY_BELOW give what the kernels give: nearest
   domain value (ties at float midpoints, out of domain), the class-label
   check (NaN, inf, fractions), the interpreted prefix sums.
 """
@@ -223,31 +222,6 @@ def test_gaussian_cell_table_is_public_and_the_object_holds_no_random_state():
 
 
 # -- numpy paths below NUMPY_BELOW vs the kernels --------------------------------------------
-
-
-def test_quantization_rows_at_99999_labels_match_the_kernel(monkeypatch):
-    from skdp_label.mechanisms.quantization import _mechanisms as Q
-
-    n = 99_999
-    rng = np.random.default_rng(5)
-    y = rng.uniform(0.0, 10.0, n)
-    y[:4] = [0.0, 10.0, 5.0, 2.5]  # the bounds and piece ends
-    mech = make_mechanism("quantization", epsilon=1.0, bounds=(0.0, 10.0)).fit(y[:1])
-    ends = np.concatenate([mech._pieces.left, mech._pieces.right])[:1000]
-    y[4 : 4 + ends.size] = ends  # labels on shared piece ends (t = 0 or 1)
-
-    def both(source):
-        numpy_path = mech._randomize_column(y, source())
-        monkeypatch.setattr(Q, "NUMPY_BELOW", 0)  # force the kernel
-        kernel_path = mech._randomize_column(y, source())
-        monkeypatch.setattr(Q, "NUMPY_BELOW", 100_000)
-        return numpy_path, kernel_path
-
-    a, b = both(lambda: np.random.default_rng(9))
-    np.testing.assert_array_equal(a, b)
-    lo_keys = np.arange(n, dtype=np.uint64) * np.uint64(2654435761)
-    a, b = both(lambda: KeyedRows(np.uint64(3), np.uint64(4), np.uint64(0), lo_keys, lo_keys + 1))
-    np.testing.assert_array_equal(a, b)
 
 
 def test_nearest_domain_value_by_search_matches_the_bucket_kernel():

@@ -162,6 +162,29 @@ def _sample(monkeypatch, use_twin, rng, outputs, kwargs):
         return S.sample_rows(rng, outputs, **kwargs)
 
 
+@pytest.mark.parametrize("ends", [_VALUES, np.linspace(-0.5, 7.0, 8)])
+def test_piece_rows_twin_is_the_kernel(monkeypatch, ends):
+    # The 'pieces' rows of sample_rows (the quantization family): labels on
+    # piece ends, heavy-tailed tables; pieces found by counting (with an empty
+    # piece, t = 0) and, 7 contiguous evenly spaced ones, by arithmetic.
+    outputs, _ = _rows_call(False, False, 600)
+    left, right = ends[:-1].copy(), ends[1:].copy()
+    if left.size != 7:
+        right[2] = left[2]  # an empty piece
+    assert (S.piece_lookup(left, right)[1][1] > 0.0) == (left.size == 7)
+    y = np.random.default_rng(3).uniform(-1.0, 8.0, 600)
+    y[: 2 * left.size] = np.concatenate([left, right])
+    matrix = _heavy_tail_matrix()
+    tables = S.categorical_tables(np.resize(matrix, (2 * left.size, matrix.shape[1])), rtol=1e-12)
+    kwargs = {"y": y, "pieces": (left, right), "tables": tables}
+    runs = []
+    for use_twin in (True, False):
+        rng = np.random.default_rng(99)
+        runs.append((_sample(monkeypatch, use_twin, rng, outputs, kwargs), _state(rng)))
+    assert _same(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]
+    assert (~np.isin(runs[1][0], outputs[:14])).sum() >= 3  # the exact tail was reached
+
+
 @pytest.mark.parametrize("rounding, values", [(False, _VALUES), (True, _VALUES), (True, _EVEN_VALUES)])
 @pytest.mark.parametrize("use_rr", [False, True])
 def test_finite_output_twin_is_the_kernel(monkeypatch, rounding, values, use_rr):

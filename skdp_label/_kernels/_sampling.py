@@ -1047,22 +1047,35 @@ def _arithmetic_rounding(y, start, stop, par, last, k, lo_at, gap_at, off_at):
         off_at[i - start] = v - v_lo + 0.0  # + 0.0: see the kernel
 
 
+@numba.njit(cache=True, nogil=True)
+def _categorical_tail_draw(row, d, qd, frac, rng, order, cdf, group_end, group_q, n_groups):
+    """For a first digit ``d <= qd`` of :func:`_discrete_rows_kernel`'s table
+    draw: an output of the row's tail if U < q (:func:`_bernoulli_first`, the
+    tie d = qd read on), else -1 (the bulk). Not inlined: the rare path, out
+    of the hot loop's registers (see :func:`_rr_offset_rare`)."""
+    if d < qd or bernoulli_exact(frac, rng):
+        return group_draw(row, rng, order, cdf, group_end, group_q, n_groups)
+    return np.int64(-1)
+
+
 def _discrete_rows_kernel(rows_from, draw_by):
     """The kernel of :func:`sample_rows` for one path.
 
     ``rows_from`` is ``'codes'`` (row codes given), ``'grid'`` (labels
-    rounded onto a grid) or ``'either'`` (an empty grid means codes);
-    ``draw_by`` is ``'rr'`` (k-ary randomized response), ``'tables'`` (a
-    matrix's tables) or ``'either'`` (RR when constants are given). They are
-    constants of the closure (and of its numba cache key): numba prunes the
-    paths a kernel cannot take before typing them, so a fit compiles only
-    the path it samples with. Rounding with tables runs the kernel that
-    decides both per call: pruned, it sampled ~20 % slower (code layout).
+    rounded onto a grid) or ``'pieces'`` (each label's end of its piece:
+    ``values`` and ``right`` hold the pieces' ends, ``par`` their lookup
+    from :func:`piece_lookup`, see :func:`sample_rows`); ``draw_by`` is ``'rr'`` (k-ary randomized
+    response) or ``'tables'`` (a matrix's tables). They are constants of
+    the closure (and of its numba cache key): numba prunes the paths a
+    kernel cannot take before typing them, so a fit compiles only the path
+    it samples with, and the hot loop tests nothing per label about its
+    path. (Rounding with tables once ran a kernel deciding both per label:
+    since the draws are inlined (:mod:`._pcg64`), pruned is ~10 % faster.)
     """
 
     @numba.njit(cache=True, nogil=True)
     def discrete_rows(
-        codes, y, values, lower, par, rr, rng, outputs, out, ibuf, fbuf,
+        codes, y, values, lower, par, right, rr, rng, outputs, out, ibuf, fbuf,
         heads, flat, width, order, cdf, group_end, group_q, n_groups,
     ):
         """Every finite-output sampler.
@@ -1078,7 +1091,8 @@ def _discrete_rows_kernel(rows_from, draw_by):
         """
         k = values.shape[0]
         n_buckets = lower.shape[0]
-        if draw_by == "rr" or (draw_by == "either" and rr.shape[0] > 0):
+        u_width = np.uint64(width)
+        if draw_by == "rr":
             rr_qd, rr_frac, rr_limit, rr_m = rr[0], rr[1], rr[2], rr[3]
             n_classes = np.int64(rr_m) + 1
         else:
@@ -1099,7 +1113,9 @@ def _discrete_rows_kernel(rows_from, draw_by):
         off_at = fbuf[1]  # and the label's offset from it
         for start in range(0, n, _BLOCK):
             stop = min(start + _BLOCK, n)
-            if rows_from == "grid" or (rows_from == "either" and k > 1):
+            if rows_from == "pieces":
+                _piece_positions(y, start, stop, values, right, par, lo_at, off_at)
+            elif rows_from == "grid" and k > 1:
                 # Randomized rounding (001 §3): from v_l up to v_h with probability
                 # (v - v_l) / (v_h - v_l); labels outside the grid go to its ends.
                 # The neighbours first, in a pass without randomness (a chain of
@@ -1126,8 +1142,14 @@ def _discrete_rows_kernel(rows_from, draw_by):
                         off_at[i - start] = v - values[lo] + 0.0
             for i in range(start, stop):
                 begin_row(rng, i)  # keyed releases: row i reads its own stream
-                if rows_from == "codes" or (rows_from == "either" and k == 0):
+                if rows_from == "codes":
                     row = codes[i]
+                elif rows_from == "pieces":
+                    # The piece's right end (row 2 p + 1) when u < t: as bits.
+                    u = rng.random()
+                    row = 2 * lo_at[i - start] - (
+                        (float_bits(u) - float_bits(off_at[i - start])) >> 63
+                    )
                 elif k == 1:
                     row = 0
                 else:
@@ -1137,40 +1159,48 @@ def _discrete_rows_kernel(rows_from, draw_by):
                     row = lo_at[i - start] - (
                         (float_bits(u * gap_at[i - start]) - float_bits(off_at[i - start])) >> 63
                     )
-                if draw_by == "rr" or (draw_by == "either" and rr.shape[0] > 0):
+                if draw_by == "rr":
                     d = _digit(rng)
                     j = rr_code_common(row, n_classes, d, rr_limit, rr_m)
                     if _rr_rare(d, rr_qd, rr_limit):
                         j = rr_code_rare(row, n_classes, d, rr_qd, rr_frac, rr_m, rng)
                     out[i] = outputs[j]
                 else:
-                    qd = heads[row, 0]
+                    # Unsigned indices (rows, cells and outputs are >= 0): numba
+                    # adds no negative-index wraparound to their loads.
+                    r = np.uint64(row)
+                    qd = heads[r, 0]
                     d = _digit(rng)
-                    if _bernoulli_first(d, qd, heads[row, 1], rng):  # the tail (rare), exactly
-                        cell_at[i - start] = -1 - group_draw(
-                            row, rng, order, cdf, group_end, group_q, n_groups
+                    tail = -1
+                    if d <= qd:  # the tail (rare), exactly; a tie d = qd reads on
+                        tail = _categorical_tail_draw(
+                            row, d, qd, heads[r, 1], rng, order, cdf, group_end, group_q, n_groups
                         )
+                    if tail >= 0:
+                        cell_at[i - start] = -1 - tail
                     else:  # the same digit, uniform on the bulk's share, picks a cell
-                        w = (d - qd) * heads[row, 2]  # >= 0
-                        c = min(np.int64(w), np.int64(heads[row, 3]))  # w < K, up to rounding
-                        at = row * width + 2 * c
+                        w = (d - qd) * heads[r, 2]  # >= 0
+                        c = min(np.int64(w), np.int64(heads[r, 3]))  # w < K, up to rounding
+                        at = r * u_width + np.uint64(2 * c)
                         prefetch(flat, at)
-                        cell_at[i - start] = at
+                        cell_at[i - start] = np.int64(at)
                         frac_bits[i - start] = float_bits(w - c)  # w - c >= 0
-            if draw_by == "tables" or (draw_by == "either" and rr.shape[0] == 0):
+            if draw_by == "tables":
                 for i in range(start, stop):
                     at = cell_at[i - start]
                     if at < 0:
-                        j = -1 - at
+                        j = np.uint64(-1 - at)
                     else:
                         # Own output if frac < threshold, else the alias. Both are
                         # non-negative floats, so their bit patterns compare alike;
                         # the sign of the difference is a mask. (A float compare
                         # and select compiles to a branch, mispredicted on every
                         # other label.)
-                        keep = (frac_bits[i - start] - flat[at]) >> 63
-                        alias = flat[at + 1] >> 32
-                        j = alias + (((flat[at + 1] & 0xFFFFFFFF) - alias) & keep)
+                        ua = np.uint64(at)
+                        keep = (frac_bits[i - start] - flat[ua]) >> 63
+                        pair = flat[ua + np.uint64(1)]
+                        alias = pair >> 32
+                        j = np.uint64(alias + (((pair & 0xFFFFFFFF) - alias) & keep))
                     out[i] = outputs[j]
 
     return discrete_rows
@@ -1180,8 +1210,9 @@ def _discrete_rows_kernel(rows_from, draw_by):
 _DISCRETE_ROWS = {
     (False, False): _discrete_rows_kernel("codes", "tables"),
     (False, True): _discrete_rows_kernel("codes", "rr"),
-    (True, False): _discrete_rows_kernel("either", "either"),
+    (True, False): _discrete_rows_kernel("grid", "tables"),
     (True, True): _discrete_rows_kernel("grid", "rr"),
+    ("pieces", False): _discrete_rows_kernel("pieces", "tables"),
 }
 
 
@@ -1285,7 +1316,8 @@ def _nearest_arithmetic(y, a, inv_step, step, last, k, codes):
         codes[i] = np.int64(lo + (1.0 if v_hi - v <= v - v_lo else 0.0))
 
 
-def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=None):
+def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, pieces=None, tables=None,
+                rr=None):
     """Randomized outputs, one per label, in one pass (see :func:`_discrete_rows_kernel`).
 
     Parameters
@@ -1297,7 +1329,12 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=
     codes : ndarray of int, optional
         Row of each label; or
     y, grid : ndarray, tuple
-        Labels rounded (randomized, unbiased) onto ``grid = rounding_grid(values)``.
+        Labels rounded (randomized, unbiased) onto ``grid = rounding_grid(values)``; or
+    y, pieces : ndarray, tuple
+        Labels on ``pieces = (left, right)`` (with ``tables``): the row of a
+        label in piece ``p`` is ``2 p + 1`` (the right end) with probability
+        ``t``, its position in the piece, else ``2 p``; one uniform, then the
+        row's draw, label by label (as :func:`piece_rows` then the codes).
     tables : tuple, optional
         :func:`categorical_tables` of the matrix; or
     rr : ndarray, optional
@@ -1308,6 +1345,17 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=
     out : ndarray of float64
     """
     rounding, use_rr = codes is None, tables is None
+    key = (rounding, use_rr)
+    if pieces is not None:
+        if codes is not None or grid is not None or use_rr:
+            raise ValueError("pieces go with labels y and tables only")
+        key = ("pieces", False)
+        left = np.ascontiguousarray(pieces[0], dtype=np.float64)
+        right = np.ascontiguousarray(pieces[1], dtype=np.float64)
+        left, par = piece_lookup(left, right)
+        grid = (left, _EMPTY_I, par)
+    else:
+        right = _EMPTY_F
     if not rounding:
         codes = np.ascontiguousarray(codes, dtype=np.int64)
         y, grid, n = _EMPTY_F, (_EMPTY_F, _EMPTY_I, _NO_GRID), codes.shape[0]
@@ -1322,38 +1370,99 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, tables=None, rr=
     out = np.empty(n, dtype=np.float64)
     outputs = np.ascontiguousarray(outputs, dtype=np.float64)
     heads, cells, *groups = tables
-    kernel_for(_DISCRETE_ROWS[rounding, use_rr], rng, n)(
-        codes, y, *grid, rr, rng, outputs, out, np.empty((3, _BLOCK), dtype=np.int64),
+    kernel_for(_DISCRETE_ROWS[key], rng, n)(
+        codes, y, *grid, right, rr, rng, outputs, out, np.empty((3, _BLOCK), dtype=np.int64),
         np.empty((2, _BLOCK)), heads, cells.reshape(-1), 2 * cells.shape[1], *groups,
     )
     return out
 
 
+# Pieces up to which a label's piece is the count of three padded starts <= it
+# (piece_lookup): a loop over the starts, vectorised for any count, cost
+# about a quarter of the quantization family's sampling time at one piece.
+_COUNTED_PIECES = 4
+
+
+def piece_lookup(left, right):
+    """``(left, par)`` for :func:`_piece_positions`: ``par = (a, 1 / step,
+    step, right[-1], s1, s2, s3)``. Up to ``_COUNTED_PIECES`` pieces, ``s1,
+    s2, s3`` are the starts ``left[1:]`` padded with +inf (the piece is the
+    count of them <= the label: three compares, no loop) and ``1 / step`` is
+    0; more pieces, contiguous (``right[p] == left[p + 1]``) and whose
+    starts and last end are an arithmetic grid (:func:`arithmetic_grid`:
+    MVU's), have its ``a, 1 / step, step``; otherwise all are 0 (count or
+    bisect the starts)."""
+    left = np.ascontiguousarray(left, dtype=np.float64)
+    right = np.ascontiguousarray(right, dtype=np.float64)
+    par = np.zeros(7)
+    if left.shape[0] <= _COUNTED_PIECES:
+        par[4:] = np.inf
+        par[4 : 3 + left.shape[0]] = left[1:]
+        return left, par
+    step = arithmetic_grid(np.append(left, right[-1]))
+    if step is not None and np.array_equal(right[:-1], left[1:]):  # contiguous (MVU's)
+        par[:4] = left[0], 1.0 / step, step, right[-1]
+    return left, par
+
+
 @numba.njit(cache=True, nogil=True)
-def _piece_rows(y, left, right, rng, rows):
+def _piece_positions(y, start, stop, left, right, par, pos_at, t_at):
+    """Piece ``pos_at[i - start]`` of each label ``y[i]`` (the last whose
+    start ``left[p]`` is <= it, clipped to the pieces) and its position
+    ``t_at[i - start]`` in ``[left[p], right[p]]`` (0 on an empty piece), for
+    ``start <= i < stop``; ``par`` from :func:`piece_lookup`. No randomness
+    (a pass the CPU overlaps across labels), shared by :func:`piece_rows`
+    and the ``'pieces'`` rows of :func:`sample_rows`."""
     m = left.shape[0]
-    for i in range(y.shape[0]):
+    a, inv_step, step, last = par[0], par[1], par[2], par[3]
+    for i in range(start, stop):
         x = y[i]
-        lo = 0  # the number of piece starts <= x
-        if m <= 64:  # a branch-free count (SIMD) beats mispredicted bisection steps
+        if inv_step > 0.0:
+            # Contiguous pieces on evenly spaced starts: the lower neighbour of x
+            # on the grid of the starts and the last end (the same index as the
+            # count, and the piece's ends, bit for bit; no loads).
+            v = min(max(x, a), last)
+            lo, a_pos, b_pos = arithmetic_neighbours(v, a, inv_step, step, last, m + 1)
+            width = b_pos - a_pos
+            t = (x - a_pos) / width if width > 0.0 else 0.0
+            pos_at[i - start] = np.int64(lo)
+            # + 0.0: no -0.0 (its bits compare as negative)
+            t_at[i - start] = min(max(t, 0.0), 1.0) + 0.0
+            continue
+        elif m == 1:  # one piece (OPTM, ERM, randomized quantization)
+            pos = 0
+        elif m <= _COUNTED_PIECES:  # the padded starts after the first (piece_lookup)
+            pos = np.int64(par[4] <= x) + np.int64(par[5] <= x) + np.int64(par[6] <= x)
+        elif m <= 64:  # a branch-free count (SIMD) beats mispredicted bisection steps
+            lo = 0  # the number of piece starts <= x
             for j in range(m):
                 lo += np.int64(left[j] <= x)
+            pos = min(max(lo - 1, 0), m - 1)
         else:
-            hi = m
+            lo, hi = 0, m
             while lo < hi:
                 mid = (lo + hi) >> 1
                 if left[mid] <= x:
                     lo = mid + 1
                 else:
                     hi = mid
-        pos = min(max(lo - 1, 0), m - 1)
-        a = left[pos]
-        width = right[pos] - a
-        t = (x - a) / width if width > 0.0 else 0.0
-        t = min(max(t, 0.0), 1.0) + 0.0  # + 0.0: no -0.0 (its bits compare as negative)
+            pos = min(max(lo - 1, 0), m - 1)
+        a_pos = left[pos]
+        width = right[pos] - a_pos
+        t = (x - a_pos) / width if width > 0.0 else 0.0
+        pos_at[i - start] = pos
+        # + 0.0: no -0.0 (its bits compare as negative)
+        t_at[i - start] = min(max(t, 0.0), 1.0) + 0.0
+
+
+@numba.njit(cache=True, nogil=True)
+def _piece_rows(y, left, right, par, rng, rows):
+    t = np.empty(y.shape[0])
+    _piece_positions(y, 0, y.shape[0], left, right, par, rows, t)
+    for i in range(y.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
         u = rng.random()
-        rows[i] = 2 * pos - ((float_bits(u) - float_bits(t)) >> 63)  # + 1 when u < t
+        rows[i] = 2 * rows[i] - ((float_bits(u) - float_bits(t[i])) >> 63)  # + 1 when u < t
 
 
 def piece_rows(y, left, right, rng):
@@ -1365,10 +1474,9 @@ def piece_rows(y, left, right, rng):
     affine interpolation inside the piece (randomized quantization, 002)."""
     y = np.ascontiguousarray(y, dtype=np.float64)
     rows = np.empty(y.shape[0], dtype=np.int64)
-    kernel_for(_piece_rows, rng, y.shape[0])(
-        y, np.ascontiguousarray(left, dtype=np.float64),
-        np.ascontiguousarray(right, dtype=np.float64), rng, rows,
-    )
+    right = np.ascontiguousarray(right, dtype=np.float64)
+    left, par = piece_lookup(left, right)
+    kernel_for(_piece_rows, rng, y.shape[0])(y, left, right, par, rng, rows)
     return rows
 
 

@@ -11,12 +11,11 @@ from numpy.typing import ArrayLike
 from sklearn.utils._param_validation import StrOptions
 
 from ..._accountant import BudgetAccountant
-from ..._kernels._philox import uniforms
-from ..._kernels._sampling import categorical_tables, piece_rows, sample_rows
+from ..._kernels._sampling import categorical_tables, sample_rows
 from ...utils._progress import VERBOSE_CONSTRAINT, VERBOSE_DOC, Progress, format_epsilon
 from .._base import OUT_OF_BOUNDS_CONSTRAINT, BaseDiscreteMechanism
 from .._registry import register_mechanism
-from .._validation import NUMPY_BELOW, NumberInterval, check_bounds, check_labels_in_bounds
+from .._validation import NumberInterval, check_bounds, check_labels_in_bounds
 from ._core import (
     OBJECTIVES,
     distribution_at,
@@ -141,14 +140,10 @@ class _QuantizationBase(BaseDiscreteMechanism):
 
     def _randomize_column(self, y, rng):
         # The distribution inside a piece is (1 - t) row_a + t row_b: pick the
-        # end with one uniform, then sample its row with another (two passes:
-        # every label's end, then every row draw).
-        if y.shape[0] < NUMPY_BELOW:  # the same rows and stream, no kernel to compile
-            pos, t = self._pieces.locate(y)
-            rows = 2 * pos + (uniforms(rng, y.shape[0]) < t)
-        else:
-            rows = piece_rows(y, self._pieces.left, self._pieces.right, rng)
-        return sample_rows(rng, self.output_values_, codes=rows, tables=self._row_tables)
+        # end with one uniform, then sample its row with another, label by
+        # label in one pass (no row array).
+        pieces = (self._pieces.left, self._pieces.right)
+        return sample_rows(rng, self.output_values_, y=y, pieces=pieces, tables=self._row_tables)
 
 
 _COMMON_DOC = """    bounds : tuple (lo, hi)
