@@ -4,8 +4,13 @@
   own arguments, gives the compiled kernel's outputs bit for bit and leaves
   the Generator in the same state, whether the compiler is done after the
   first chunk, after a few (twin, then compiled) or never (all twin), and
-  when the first chunk projects too long an interpretation (no compiler
-  starts, the rest compiled here).
+  when the number of rows projects too long an interpretation (no compiler
+  starts, all compiled here).
+* Public decision: whether a call compiles here, starts a compiler and how
+  many chunks the twin runs before the compiler is done depend on the
+  number of rows only: two calls on very different labels (clipped at a
+  bound or not), one of them with a twin that looks a million times slower
+  to the process's clock, take the same path.
 * Private: what a compiler receives is the same for calls on different
   labels, sizes and generators (types only), and holds no value of theirs.
 * Real compilers: one compiles a kernel into an empty numba cache (the files
@@ -131,8 +136,8 @@ def test_the_fits_reach_the_kernels(kernel_calls):
     assert sum(k.py_func.__name__ == "kernel" for k in kernel_calls) == 2  # lookup, sample
 
 
-# The compiler done after the first chunk, after 3, never; or the first
-# chunk projects too long an interpretation (no compiler, the rest compiled).
+# The compiler done after the first chunk, after 3, never; or the rows
+# project too long an interpretation (no compiler, all compiled here).
 @pytest.mark.parametrize("after, expensive", [(1, False), (3, False), (None, False), (None, True)])
 def test_chunked_calls_are_the_compiled_call(monkeypatch, kernel_calls, after, expensive):
     monkeypatch.setattr(B, "EXPECTED_COMPILE", 0.0 if expensive else float("inf"))
@@ -151,10 +156,64 @@ def test_chunked_calls_are_the_compiled_call(monkeypatch, kernel_calls, after, e
                 assert a.bit_generator.state == b.bit_generator.state, kernel.py_func.__name__
         chunks = -(-n // 1024)
         expected = {1: 1, 3: min(3, chunks), None: chunks}[after]
-        assert compiler.chunks == (1 if expensive else expected)
-        # (A call of one chunk has nothing left to project: its compiler
-        # serves the later calls.)
-        assert compiler.launched == (not expensive or chunks == 1)
+        assert compiler.chunks == (0 if expensive else expected)
+        assert compiler.launched == (not expensive)
+
+
+def _decision_path(monkeypatch, y, slow_clock, after):
+    """(compiler launched, twin chunks, compiled rows) of a staircase call on
+    labels ``y``; ``slow_clock``: each twin chunk advances the process's
+    clocks by 1000 s (what a rule on measured time would see)."""
+    clock = [0.0]
+    compiled_rows = []
+    compiler = _FakeCompiler(after)
+
+    def counting_twin(k):
+        interpreted = _twin.twin(k)
+
+        def run(*a):
+            compiler.chunk()
+            clock[0] += 1000.0 if slow_clock else 1e-6
+            return interpreted(*a)
+        return run
+
+    def compiled(kernel, args):
+        compiled_rows.append(args[-1].shape[0])
+        kernel(*args)
+
+    n = y.shape[0]
+    c = S.staircase_constants(0.2, 1, 1)
+    args = (y, np.random.default_rng(5), 1.0, c, True, -3.0, 3.0, np.empty(n))
+    with monkeypatch.context() as m:
+        m.setattr(B, "_cache_writable", lambda kernel: True)
+        m.setattr(B, "_launch", compiler.launch)
+        m.setattr(B, "twin", counting_twin)
+        m.setattr(B, "_run_compiled", compiled)
+        m.setattr(B, "CHUNK", 256)
+        m.setattr(B, "PATIENCE", 1e9)
+        m.setattr(B.time, "process_time", lambda: clock[0])
+        m.setattr(B.time, "perf_counter", lambda: clock[0])
+        B.run_while_compiling(S._staircase_additive, *args)
+    return compiler.launched, compiler.chunks, tuple(compiled_rows)
+
+
+@pytest.mark.parametrize("after", [None, 2])
+def test_the_decision_does_not_depend_on_the_labels(monkeypatch, after):
+    # Below and above the row threshold (1,000 rows: 1,000 * cost > 1 s).
+    monkeypatch.setattr(B, "EXPECTED_COMPILE", 1.0)
+    monkeypatch.setattr(B, "TWIN_SECONDS_PER_ROW", 1.5e-3)
+    for n in (600, 1500):
+        inside = np.random.default_rng(1).uniform(-1.0, 1.0, n)  # the bulk
+        outside = np.full(n, 1e6)  # all clipped to the bound
+        paths = {_decision_path(monkeypatch, y, slow, after)
+                 for y in (inside, outside) for slow in (False, True)}
+        assert len(paths) == 1
+        launched, chunks, rows = paths.pop()
+        if n == 600:  # a compiler, the twin on 3 chunks or on 2 then compiled
+            assert launched and (chunks, rows) == ((3, ()) if after is None else (2, (88,)))
+        else:  # compiled here at once: no compiler, no twin
+            assert not launched and chunks == 0 and rows == (n,)
+    assert B.compiles_here(1001) and not B.compiles_here(666)
 
 
 def test_a_compiler_receives_types_only(kernel_calls):
