@@ -19,6 +19,9 @@
   same outputs; a cache that cannot be written starts no compiler.
 * kernel_for sends a large first call of a kernel numba's cache lacks here;
   the label check of a cold cache counts in numpy (the same count).
+* The quantization family's piece rows of a cold cache run in numpy (the
+  kernel's rows bit for bit) while a compiler, asked for the types of the
+  kernel's own call, compiles it; once it has exited, the kernel runs.
 """
 
 import copy
@@ -381,3 +384,50 @@ def test_a_forked_child_does_not_wait_for_its_parents_compilers(monkeypatch):
         assert B._COMPILERS[S._piece_rows, "pending"] is pending  # the parent's kept
     finally:
         B._COMPILERS.pop((S._piece_rows, "pending"), None)
+
+
+def test_a_cold_piece_rows_runs_in_numpy_while_it_compiles_elsewhere(monkeypatch):
+    # The quantization family's piece rows: while a compiler of this process
+    # compiles the kernel, numpy draws the same rows from the same digits.
+    from skdp_label.mechanisms import _validation as V
+    from skdp_label.mechanisms.quantization import _mechanisms as Q
+
+    kwargs, column = _public_inputs("quantization")
+    y = np.resize(column, V.NUMPY_BELOW)
+    mech = get_mechanism_class("quantization")(epsilon=1.0, random_state=0, **kwargs).fit(y)
+    pieces = mech._pieces
+    kernel_rows = S.piece_rows(y, pieces.left, pieces.right, np.random.default_rng(7))
+    compiler = _FakeCompiler(None)
+    requests = []
+
+    def launch(kernel, request):
+        requests.append(request)
+        return compiler.launch(kernel, request)
+
+    def no_kernel(*args):
+        raise AssertionError("the kernel ran")
+
+    seen = {}
+
+    def rows_to_outputs(rng, outputs, codes, tables):
+        seen["rows"] = codes
+        return codes.astype(np.float64)
+
+    monkeypatch.setattr(B, "would_compile", lambda kernel: kernel is S._piece_rows)
+    monkeypatch.setattr(B, "_cache_writable", lambda kernel: True)
+    monkeypatch.setattr(B, "_launch", launch)
+    monkeypatch.setattr(Q, "sample_rows", rows_to_outputs)
+    with monkeypatch.context() as m:
+        m.setattr(Q, "piece_rows", no_kernel)
+        mech._randomize_column(y, np.random.default_rng(7))
+    assert np.array_equal(seen["rows"], kernel_rows)
+    # The compiler was asked for the types of the kernel's own call, nothing else.
+    real = (y, pieces.left, pieces.right, np.random.default_rng(7), np.empty(y.shape[0], np.int64))
+    assert requests == [B.compile_request(S._piece_rows, real)]
+    compiler.done.set()  # exited: the kernel loads from the cache
+    calls = []
+    monkeypatch.setattr(Q, "piece_rows", lambda *a: calls.append(1) or S.piece_rows(*a))
+    mech._randomize_column(y, np.random.default_rng(7))
+    assert calls == [1] and np.array_equal(seen["rows"], kernel_rows)
+    monkeypatch.setattr(B, "_cache_writable", lambda kernel: False)  # no compiler: compiled here
+    assert not B.compiling_elsewhere(S._piece_rows, *real)

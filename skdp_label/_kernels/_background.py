@@ -38,9 +38,9 @@ import numpy as np
 from numba import from_dtype, types
 
 from ._pcg64 import call_with_stream, inlinable, stream_type
-from ._twin import twin
+from ._twin import twin, would_compile
 
-__all__ = ["run_while_compiling", "compile_request", "compiles_here",
+__all__ = ["run_while_compiling", "compile_request", "compiles_here", "compiling_elsewhere",
            "wait_for_compilers"]
 
 ENABLED = os.environ.get("SKDP_LABEL_BACKGROUND_COMPILE", "1") != "0"
@@ -311,6 +311,25 @@ def run_while_compiling(kernel, *args):
         # Loads what the compiler cached; compiles here if it failed.
         _run_compiled(kernel, _rows(args, positions, start, n))
     return None
+
+
+def compiling_elsewhere(kernel, *args):
+    """Whether ``kernel(*args)`` would compile in this process now (not
+    loaded, not in numba's cache, and no compiler of this process has put it
+    there since), for a caller with an exact alternative (numpy: the same
+    digits, slower than the kernel but far quicker than its compile). Then
+    a compiler starts for the call's types (``args`` may be empty arrays of
+    the call's dtypes; nothing of their values is sent), so that later calls
+    and processes load the kernel. False once that compiler has exited (the
+    kernel loads from the cache, or compiles here if it failed), and, as
+    before, when no compiler can be used (turned off, no writable cache, a
+    keyed source): the caller compiles the kernel, once. A function of the
+    numba cache and the compilers' states only."""
+    if not would_compile(kernel):
+        return False
+    request = _request(kernel, args)
+    compiler = None if request is None else _launch(kernel, request)
+    return compiler is not None and not compiler.done.is_set()
 
 
 def wait_for_compilers(timeout=None):
