@@ -21,7 +21,8 @@
   the label check of a cold cache counts in numpy (the same count).
 * The quantization family's piece rows of a cold cache run in numpy (the
   kernel's rows bit for bit) while a compiler, asked for the types of the
-  kernel's own call, compiles it; once it has exited, the kernel runs.
+  kernel's own call, compiles it; once it has exited, the kernel runs. The
+  same for the nearest domain index on an arithmetic grid (numpy's search).
 """
 
 import copy
@@ -431,3 +432,33 @@ def test_a_cold_piece_rows_runs_in_numpy_while_it_compiles_elsewhere(monkeypatch
     assert calls == [1] and np.array_equal(seen["rows"], kernel_rows)
     monkeypatch.setattr(B, "_cache_writable", lambda kernel: False)  # no compiler: compiled here
     assert not B.compiling_elsewhere(S._piece_rows, *real)
+
+
+def test_a_cold_nearest_index_searches_while_it_compiles_elsewhere(monkeypatch):
+    from skdp_label.mechanisms import _prior as P
+    from skdp_label.mechanisms import _validation as V
+
+    values = np.linspace(0.0, 40.0, 81)
+    y = np.random.default_rng(2).uniform(-3.0, 43.0, V.NUMPY_BELOW)
+    y[:80] = values[:80] + 0.25  # ties go up
+    ref = S.nearest_indices(values, y)
+    compiler = _FakeCompiler(None)
+    requests = []
+
+    def launch(kernel, request):
+        requests.append(request)
+        return compiler.launch(kernel, request)
+
+    monkeypatch.setattr(B, "would_compile", lambda kernel: kernel is S._nearest_arithmetic)
+    monkeypatch.setattr(B, "_cache_writable", lambda kernel: True)
+    monkeypatch.setattr(B, "_launch", launch)
+    with monkeypatch.context() as m:
+        m.setattr(S, "nearest_indices", None)  # would fail if called
+        assert np.array_equal(P.nearest_domain_index(values, y), ref)
+    step = S.arithmetic_grid(values)
+    real = (y, 0.0, 1.0 / step, step, 40.0, 81, np.empty(y.shape[0], np.int64))
+    assert requests == [B.compile_request(S._nearest_arithmetic, real)]
+    compiler.done.set()  # exited: the kernel runs
+    calls = []
+    monkeypatch.setattr(S, "nearest_indices", lambda *a: calls.append(1) or ref)
+    assert np.array_equal(P.nearest_domain_index(values, y), ref) and calls == [1]
