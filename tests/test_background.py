@@ -4,8 +4,13 @@
   own arguments, gives the compiled kernel's outputs bit for bit and leaves
   the Generator in the same state, whether the compiler is done after the
   first chunk, after a few (twin, then compiled) or never (all twin), and
-  when the first chunk projects too long an interpretation (no compiler
-  starts, the rest compiled here).
+  when the number of rows projects too long an interpretation (no compiler
+  starts, all compiled here).
+* Public decision: whether a call compiles here, starts a compiler and how
+  many chunks the twin runs before the compiler is done depend on the
+  number of rows only: two calls on very different labels (clipped at a
+  bound or not), one of them with a twin that looks a million times slower
+  to the process's clock, take the same path.
 * Private: what a compiler receives is the same for calls on different
   labels, sizes and generators (types only), and holds no value of theirs.
 * Real compilers: one compiles a kernel into an empty numba cache (the files
@@ -14,6 +19,10 @@
   same outputs; a cache that cannot be written starts no compiler.
 * kernel_for sends a large first call of a kernel numba's cache lacks here;
   the label check of a cold cache counts in numpy (the same count).
+* The quantization family's piece rows of a cold cache run in numpy (the
+  kernel's rows bit for bit) while a compiler, asked for the types of the
+  kernel's own call, compiles it; once it has exited, the kernel runs. The
+  same for the nearest domain index on an arithmetic grid (numpy's search).
 """
 
 import copy
@@ -131,8 +140,8 @@ def test_the_fits_reach_the_kernels(kernel_calls):
     assert sum(k.py_func.__name__ == "kernel" for k in kernel_calls) == 2  # lookup, sample
 
 
-# The compiler done after the first chunk, after 3, never; or the first
-# chunk projects too long an interpretation (no compiler, the rest compiled).
+# The compiler done after the first chunk, after 3, never; or the rows
+# project too long an interpretation (no compiler, all compiled here).
 @pytest.mark.parametrize("after, expensive", [(1, False), (3, False), (None, False), (None, True)])
 def test_chunked_calls_are_the_compiled_call(monkeypatch, kernel_calls, after, expensive):
     monkeypatch.setattr(B, "EXPECTED_COMPILE", 0.0 if expensive else float("inf"))
@@ -151,10 +160,64 @@ def test_chunked_calls_are_the_compiled_call(monkeypatch, kernel_calls, after, e
                 assert a.bit_generator.state == b.bit_generator.state, kernel.py_func.__name__
         chunks = -(-n // 1024)
         expected = {1: 1, 3: min(3, chunks), None: chunks}[after]
-        assert compiler.chunks == (1 if expensive else expected)
-        # (A call of one chunk has nothing left to project: its compiler
-        # serves the later calls.)
-        assert compiler.launched == (not expensive or chunks == 1)
+        assert compiler.chunks == (0 if expensive else expected)
+        assert compiler.launched == (not expensive)
+
+
+def _decision_path(monkeypatch, y, slow_clock, after):
+    """(compiler launched, twin chunks, compiled rows) of a staircase call on
+    labels ``y``; ``slow_clock``: each twin chunk advances the process's
+    clocks by 1000 s (what a rule on measured time would see)."""
+    clock = [0.0]
+    compiled_rows = []
+    compiler = _FakeCompiler(after)
+
+    def counting_twin(k):
+        interpreted = _twin.twin(k)
+
+        def run(*a):
+            compiler.chunk()
+            clock[0] += 1000.0 if slow_clock else 1e-6
+            return interpreted(*a)
+        return run
+
+    def compiled(kernel, args):
+        compiled_rows.append(args[-1].shape[0])
+        kernel(*args)
+
+    n = y.shape[0]
+    c = S.staircase_constants(0.2, 1, 1)
+    args = (y, np.random.default_rng(5), 1.0, c, True, -3.0, 3.0, np.empty(n))
+    with monkeypatch.context() as m:
+        m.setattr(B, "_cache_writable", lambda kernel: True)
+        m.setattr(B, "_launch", compiler.launch)
+        m.setattr(B, "twin", counting_twin)
+        m.setattr(B, "_run_compiled", compiled)
+        m.setattr(B, "CHUNK", 256)
+        m.setattr(B, "PATIENCE", 1e9)
+        m.setattr(B.time, "process_time", lambda: clock[0])
+        m.setattr(B.time, "perf_counter", lambda: clock[0])
+        B.run_while_compiling(S._staircase_additive, *args)
+    return compiler.launched, compiler.chunks, tuple(compiled_rows)
+
+
+@pytest.mark.parametrize("after", [None, 2])
+def test_the_decision_does_not_depend_on_the_labels(monkeypatch, after):
+    # Below and above the row threshold (1,000 rows: 1,000 * cost > 1 s).
+    monkeypatch.setattr(B, "EXPECTED_COMPILE", 1.0)
+    monkeypatch.setattr(B, "TWIN_SECONDS_PER_ROW", 1.5e-3)
+    for n in (600, 1500):
+        inside = np.random.default_rng(1).uniform(-1.0, 1.0, n)  # the bulk
+        outside = np.full(n, 1e6)  # all clipped to the bound
+        paths = {_decision_path(monkeypatch, y, slow, after)
+                 for y in (inside, outside) for slow in (False, True)}
+        assert len(paths) == 1
+        launched, chunks, rows = paths.pop()
+        if n == 600:  # a compiler, the twin on 3 chunks or on 2 then compiled
+            assert launched and (chunks, rows) == ((3, ()) if after is None else (2, (88,)))
+        else:  # compiled here at once: no compiler, no twin
+            assert not launched and chunks == 0 and rows == (n,)
+    assert B.compiles_here(1001) and not B.compiles_here(666)
 
 
 def test_a_compiler_receives_types_only(kernel_calls):
@@ -322,3 +385,33 @@ def test_a_forked_child_does_not_wait_for_its_parents_compilers(monkeypatch):
         assert B._COMPILERS[S._piece_rows, "pending"] is pending  # the parent's kept
     finally:
         B._COMPILERS.pop((S._piece_rows, "pending"), None)
+
+
+def test_a_cold_nearest_index_searches_while_it_compiles_elsewhere(monkeypatch):
+    from skdp_label.mechanisms import _prior as P
+    from skdp_label.mechanisms import _validation as V
+
+    values = np.linspace(0.0, 40.0, 81)
+    y = np.random.default_rng(2).uniform(-3.0, 43.0, V.NUMPY_BELOW)
+    y[:80] = values[:80] + 0.25  # ties go up
+    ref = S.nearest_indices(values, y)
+    compiler = _FakeCompiler(None)
+    requests = []
+
+    def launch(kernel, request):
+        requests.append(request)
+        return compiler.launch(kernel, request)
+
+    monkeypatch.setattr(B, "would_compile", lambda kernel: kernel is S._nearest_arithmetic)
+    monkeypatch.setattr(B, "_cache_writable", lambda kernel: True)
+    monkeypatch.setattr(B, "_launch", launch)
+    with monkeypatch.context() as m:
+        m.setattr(S, "nearest_indices", None)  # would fail if called
+        assert np.array_equal(P.nearest_domain_index(values, y), ref)
+    step = S.arithmetic_grid(values)
+    real = (y, 0.0, 1.0 / step, step, 40.0, 81, np.empty(y.shape[0], np.int64))
+    assert requests == [B.compile_request(S._nearest_arithmetic, real)]
+    compiler.done.set()  # exited: the kernel runs
+    calls = []
+    monkeypatch.setattr(S, "nearest_indices", lambda *a: calls.append(1) or ref)
+    assert np.array_equal(P.nearest_domain_index(values, y), ref) and calls == [1]

@@ -38,18 +38,26 @@ import numpy as np
 from numba import from_dtype, types
 
 from ._pcg64 import call_with_stream, inlinable, stream_type
-from ._twin import twin
+from ._twin import twin, would_compile
 
-__all__ = ["run_while_compiling", "compile_request", "wait_for_compilers"]
+__all__ = ["run_while_compiling", "compile_request", "compiles_here", "compiling_elsewhere",
+           "wait_for_compilers"]
 
 ENABLED = os.environ.get("SKDP_LABEL_BACKGROUND_COMPILE", "1") != "0"
 ROW_PARAMETERS = ("y", "codes", "out", "rows")
 CHUNK = 16 * 256  # rows per interpreted chunk (whole blocks of the two-pass kernels)
 # What a compiler takes (CPU seconds: python, numba and the kernel's module
 # imported, the kernel typed and lowered; 1.5-4 s for the samplers' kernels
-# on a shared machine). When the first chunk projects the twin's time on the
-# rest of the rows above this, the kernel compiles here instead.
+# on a shared machine), and what the twin takes a row (CPU seconds: 1.6-8.3 us
+# a label on the samplers' bulk paths in benchmarks/bench_twins.py, more with
+# many exact-tail draws). A call whose rows project more interpreting than a
+# compile (n * TWIN_SECONDS_PER_ROW > EXPECTED_COMPILE: from 500,000 rows on)
+# compiles here at once. The rule reads only the number of rows, never a
+# measured time: the twin's time depends on the labels (exact tails read more
+# digits), and a decision on it would show them to whoever sees the process
+# (a compiler in ps, the call's time).
 EXPECTED_COMPILE = 2.0
+TWIN_SECONDS_PER_ROW = 4e-6
 # Longest the twin runs waiting for a compiler, then the rest compiles here;
 # a compiler still running after TIMEOUT is killed.
 PATIENCE = 30.0
@@ -266,43 +274,62 @@ def _run_compiled(kernel, args):
         kernel(*args)
 
 
+def compiles_here(n):
+    """Whether a call of ``n`` rows compiles its kernel here at once (no
+    compiler, no twin): its interpreting would be projected to outlast a
+    compile. A function of the public number of rows only."""
+    return n * TWIN_SECONDS_PER_ROW > EXPECTED_COMPILE
+
+
 def run_while_compiling(kernel, *args):
     """``kernel(*args)``: the twin on chunks of rows while a compiler
-    compiles the kernel, then the compiled kernel on the rest. The first
-    chunk decides: when it projects more than ``EXPECTED_COMPILE`` seconds
-    of interpreting for the rest, no compiler starts and the rest compiles
-    here (as soon, and no second process). Compiled at once when no compiler
-    can be used or the call has no per-row arguments. Returns None (the
-    kernels write into ``out``)."""
+    compiles the kernel, then the compiled kernel on the rest. Compiled
+    here at once when the number of rows projects more than
+    ``EXPECTED_COMPILE`` seconds of interpreting (:func:`compiles_here`),
+    when no compiler can be used, or when the call has no per-row arguments.
+    Returns None (the kernels write into ``out``)."""
     shape = _row_count(kernel, args)
     request = _request(kernel, args) if shape is not None else None
-    if request is None:
+    compiler = None
+    if request is not None and not compiles_here(shape[0]):
+        compiler = _launch(kernel, request)
+    if compiler is None:
         _run_compiled(kernel, args)
         return None
     n, positions = shape
     interpreted = twin(kernel)
-    start, compiler = 0, None
+    start = 0
     deadline = time.monotonic() + PATIENCE
-    while start < n:
-        if compiler is not None and compiler.done.is_set():
-            break
+    while start < n and not compiler.done.is_set():
         if time.monotonic() > deadline:
             compiler.cancel()  # stuck: compile here instead
             break
         stop = min(start + CHUNK, n)
-        began = time.process_time()
         interpreted(*_rows(args, positions, start, stop))
         start = stop
-        if compiler is None:
-            if (time.process_time() - began) * (n - stop) / stop > EXPECTED_COMPILE:
-                break
-            compiler = _launch(kernel, request)
-            if compiler is None:
-                break
     if start < n:
         # Loads what the compiler cached; compiles here if it failed.
         _run_compiled(kernel, _rows(args, positions, start, n))
     return None
+
+
+def compiling_elsewhere(kernel, *args):
+    """Whether ``kernel(*args)`` would compile in this process now (not
+    loaded, not in numba's cache, and no compiler of this process has put it
+    there since), for a caller with an exact alternative (numpy: the same
+    digits, slower than the kernel but far quicker than its compile). Then
+    a compiler starts for the call's types (``args`` may be empty arrays of
+    the call's dtypes; nothing of their values is sent), so that later calls
+    and processes load the kernel. False once that compiler has exited (the
+    kernel loads from the cache, or compiles here if it failed), and, as
+    before, when no compiler can be used (turned off, no writable cache, a
+    keyed source): the caller compiles the kernel, once. A function of the
+    numba cache and the compilers' states only."""
+    if not would_compile(kernel):
+        return False
+    request = _request(kernel, args)
+    compiler = None if request is None else _launch(kernel, request)
+    return compiler is not None and not compiler.done.is_set()
 
 
 def wait_for_compilers(timeout=None):

@@ -93,12 +93,21 @@ def nearest_domain_index(values, y):
     if np.ndim(y) == 1 and np.shape(y)[0] >= NUMPY_BELOW and len(values) > 1:
         # Releases: one pass by arithmetic on an evenly spaced grid, else over
         # a bucket table (no binary search, no temporaries); the same indices.
-        from .._kernels._sampling import nearest_indices
+        from .._kernels._background import compiling_elsewhere
+        from .._kernels._sampling import _nearest_arithmetic, arithmetic_grid, nearest_indices
         from .bins._sampling import BinLookup
 
+        if arithmetic_grid(values) is not None and compiling_elsewhere(
+            _nearest_arithmetic, *_NEAREST_CALL_TYPES
+        ):  # a cold cache: the search below while a compiler compiles the kernel
+            return nearest_by_search(values, y)
         codes = nearest_indices(values, y)
         return BinLookup(values, np.arange(len(values)))(y) if codes is None else codes
     return nearest_by_search(values, y)
+
+
+# The types of nearest_indices' kernel call (y, a, 1 / step, step, last, k, codes).
+_NEAREST_CALL_TYPES = (np.empty(0), 0.0, 0.0, 0.0, 0.0, 0, np.empty(0, dtype=np.int64))
 
 
 def nearest_by_search(values, y):
