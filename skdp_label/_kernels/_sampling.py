@@ -487,32 +487,69 @@ def _staircase_tail(d, qd, frac, c, m0, rng):
     return np.nan
 
 
+# Labels per block of the two passes of _staircase_additive_bulk (two
+# buffers of 8 bytes a label, well inside L1).
+_BULK_BLOCK = 256
+
+
 @numba.njit(cache=True, nogil=True)
 def _staircase_additive_bulk(
     y, rng, granularity, c, bulk, records, offsets, steps, clip, lo, hi, out
 ):
     qd, frac, scale, m0, cell, offset_scale = bulk[0], bulk[1], bulk[2], bulk[3], bulk[4], bulk[5]
-    half = (records.shape[0] // 3 - 1) // 2  # entries -half, ..., half
+    last = records.shape[0] // 3 - 1
+    half = last // 2  # entries -half, ..., half
     inv_granularity = 1.0 / granularity
-    for i in range(y.shape[0]):
-        begin_row(rng, i)  # keyed releases: row i reads its own stream
-        d = _digit(rng)
-        z = np.nan  # the bulk, unless the tail
-        if d <= qd:  # one compare on the hot path; the tie d = qd reads on
-            z = _staircase_tail(d, qd, frac, c, m0, rng)
-        if z != z and steps.shape[0] > 0:
-            j = np.int64(_alias_pick((d - qd) * scale, records))
-            e = _digit(rng)
-            while e >= steps[j, 2]:  # probability below m / 2**53
+    # Two passes a block: the first reads every digit of the block's labels,
+    # in the order of a single pass, and prefetches each label's alias
+    # record; the second reads the records. A value or cell table of
+    # hundreds of kilobytes is read at random, and waiting for one cache
+    # miss a label was a third of the time.
+    buf = np.empty((2, _BULK_BLOCK))
+    pick_at = buf[0]  # the bulk's uniform on [0, K) for the table, or -1: done
+    value = buf[1]  # the label's noise when done, else its cell's offset
+    n = y.shape[0]
+    for start in range(0, n, _BULK_BLOCK):
+        stop = min(start + _BULK_BLOCK, n)
+        for i in range(start, stop):
+            begin_row(rng, i)  # keyed releases: row i reads its own stream
+            k = i - start
+            d = _digit(rng)
+            if d <= qd:  # one compare on the hot path; the tie d = qd reads on
+                z = _staircase_tail(d, qd, frac, c, m0, rng)
+                if z == z:  # the tail (nan: the bulk after a tie)
+                    pick_at[k] = -1.0
+                    value[k] = z
+                    continue
+            v = (d - qd) * scale  # the same digit, uniform on the bulk's share
+            if steps.shape[0] > 0:  # a small table of steps: picked here
+                j = np.int64(_alias_pick(v, records))
                 e = _digit(rng)
-            z = steps[j, 0] + _float_residue(e, steps[j, 1], steps[j, 3])
-        elif z != z:
-            z = _alias_pick((d - qd) * scale, records) - half
-            if cell > 1.0 and z != 0.0:
-                offset = _alias_pick(_digit(rng) * offset_scale, offsets)
-                # copysign: a branch on the sign would be mispredicted half the time.
-                z = np.copysign(1.0 + cell * (abs(z) - 1.0) + offset, z)
-        out[i] = _shift_on_grid(y[i], z, granularity, inv_granularity, clip, lo, hi)
+                while e >= steps[j, 2]:  # probability below m / 2**53
+                    e = _digit(rng)
+                pick_at[k] = -1.0
+                value[k] = steps[j, 0] + _float_residue(e, steps[j, 1], steps[j, 3])
+                continue
+            prefetch(records, 3 * min(np.int64(v), last))
+            pick_at[k] = v
+            if cell > 1.0:
+                # The offset's digit is read for the cell of 0 too (and
+                # dropped): which digits a label reads must not depend on
+                # its record, or the first pass would wait for it.
+                value[k] = _alias_pick(_digit(rng) * offset_scale, offsets)
+        for i in range(start, stop):
+            k = i - start
+            v = pick_at[k]
+            if v < 0.0:
+                z = value[k]
+            else:
+                z = _alias_pick(v, records) - half
+                if cell > 1.0:
+                    # copysign: a branch on the sign would be mispredicted
+                    # half the time; the mask (z != 0) keeps 0 (as +0.0:
+                    # the copysign on +0.0 is positive).
+                    z = (z != 0.0) * np.copysign(1.0 + cell * (abs(z) - 1.0) + value[k], z)
+            out[i] = _shift_on_grid(y[i], z, granularity, inv_granularity, clip, lo, hi)
     return out
 
 
@@ -576,6 +613,22 @@ def _gaussian_tail(d, g, rng):
 
 
 @numba.njit(cache=True, nogil=True)
+def _gaussian_cell_rare(t, offset, bits, m_first, inv_two_var, unit_f, rng):
+    """The proposal (cell ``t``, offset, acceptance ``bits``) of
+    :func:`_gaussian_additive` whose bits are not below its cell's squeeze
+    (always so in the cell of 0, whose squeeze is 0): its value if accepted,
+    inf if rejected. Not inlined (see :func:`_staircase_tail`): the
+    exponential's call kept the hot loop's values in memory."""
+    if t == 0.0:  # the value 0 under an envelope of L: accepted w.p. 1 / L
+        return 0.0 if offset == 0 else np.inf
+    x = np.exp(-(offset * (2.0 * m_first + offset)) * inv_two_var) * unit_f
+    xd = np.floor(x)
+    if _bernoulli_first(float(bits), xd, x - xd, rng):
+        return np.copysign(m_first + offset, t)
+    return np.inf
+
+
+@numba.njit(cache=True, nogil=True)
 def _gaussian_additive(y, rng, granularity, g, records, squeeze, clip, lo, hi, out):
     qd, scale, half, cell, shift = g[0], g[2], g[3], g[4], np.int64(g[5])  # g[1]: the tail's
     inv_two_var = g[7]
@@ -600,20 +653,16 @@ def _gaussian_additive(y, rng, granularity, g, records, squeeze, clip, lo, hi, o
             # the uniform of the acceptance Bernoulli (read on in a tie).
             e = np.int64(_digit(rng))
             offset = e >> shift
-            if t == 0.0:  # the value 0 under an envelope of L: accepted w.p. 1 / L
-                if offset == 0:
-                    z = 0.0
-                    break
-                continue
-            m_first = 1.0 + cell * (abs(t) - 1.0)
             bits = e & (unit - 1)
-            if bits >= squeeze[np.int64(abs(t))]:  # not under the cell's smallest acceptance
-                x = np.exp(-(offset * (2.0 * m_first + offset)) * inv_two_var) * unit_f
-                xd = np.floor(x)
-                if not _bernoulli_first(float(bits), xd, x - xd, rng):
-                    continue
-            z = np.copysign(m_first + offset, t)
-            break
+            m_first = 1.0 + cell * (abs(t) - 1.0)
+            # One rare branch: bits under the cell's smallest acceptance accept
+            # (the cell of 0 has squeeze 0: never).
+            if bits < squeeze[np.int64(abs(t))]:
+                z = np.copysign(m_first + offset, t)
+                break
+            z = _gaussian_cell_rare(t, offset, bits, m_first, inv_two_var, unit_f, rng)
+            if z != np.inf:
+                break
         out[i] = _shift_on_grid(y[i], z, granularity, inv_granularity, clip, lo, hi)
     return out
 
