@@ -1,7 +1,8 @@
 """The additive samplers' kernels restructured for speed read the same digits
 as their plain single-pass forms: the staircase bulk kernel (two passes a
-block, the offset digit read for every bulk label) and the Gaussian envelope
-kernel (one rare branch for the squeeze, the exponential outlined)."""
+block, the offset digit read for every bulk label, the offset of a cell by
+rejection) and the Gaussian envelope kernel (one rare branch for the
+squeeze, the exponential outlined)."""
 
 import inspect
 import math
@@ -20,12 +21,29 @@ from skdp_label.mechanisms.classic._noise import (
 from test_numerics import DIGIT, digits_used, scripted
 
 
-def _one_pass_bulk(y, rng, granularity, c, bulk, records, offsets, steps, clip, lo, hi):
+def _cell_offset(rng, lam, log_l, squeeze):
+    """The offset i in [0, L) of a cell, P(i) proportional to e^(-lam i):
+    uniform from a digit's top log2 L bits, accepted when the other bits
+    (and any further digits) are below e^(-lam i), at once below the squeeze;
+    rejected: a fresh digit."""
+    digit, first = _twin.twin(S._digit), _twin.twin(S._bernoulli_first)
+    unit = 2 ** (53 - log_l)
+    while True:
+        e = int(digit(rng))
+        offset, bits = e // unit, e % unit
+        if bits < squeeze:
+            return offset
+        x = math.exp(-lam * offset) * unit
+        if first(float(bits), float(math.floor(x)), x - math.floor(x), rng):
+            return offset
+
+
+def _one_pass_bulk(y, rng, granularity, c, bulk, records, steps, clip, lo, hi):
     """:func:`S._staircase_additive_bulk` written as one pass, label by label,
     from the twins of its helpers (the order of digits the kernel must keep)."""
     digit, pick, tail = _twin.twin(S._digit), _twin.twin(S._alias_pick), _twin.twin(S._staircase_tail)
     residue, shift = _twin.twin(S._float_residue), _twin.twin(S._shift_on_grid)
-    qd, frac, scale, m0, cell, offset_scale = (float(b) for b in bulk)
+    qd, frac, scale, m0, cell, _, squeeze, lam = (float(b) for b in bulk)
     half = (records.shape[0] // 3 - 1) // 2
     out = np.empty(y.shape[0])
     for i in range(y.shape[0]):
@@ -44,32 +62,31 @@ def _one_pass_bulk(y, rng, granularity, c, bulk, records, offsets, steps, clip, 
             else:
                 t = pick(v, records) - half
                 z = t
-                if cell > 1.0:
-                    offset = pick(digit(rng) * offset_scale, offsets)  # read for t = 0 too
+                if cell > 1.0:  # read for t = 0 too
+                    offset = _cell_offset(rng, lam, int(cell).bit_length() - 1, squeeze)
                     z = math.copysign(1.0 + cell * (abs(t) - 1.0) + offset, t) if t != 0.0 else 0.0
         out[i] = shift(float(y[i]), z, granularity, 1.0 / granularity, clip, lo, hi)
     return out
 
 
 def _bulk_case(kind):
-    """(constants, bulk, records, offsets, steps) of a table with many tail
-    labels, for each kind of table."""
+    """(constants, bulk, records, steps) of a table with many tail labels,
+    for each kind of table."""
     if kind == "values":
         lam, width, r = 0.05, 1, 1
         m0, tail, prob, alias = staircase_alias_table(lam, width, r, min_probability=1e-3)
-        cell, offsets, steps = 1, None, None
+        cell, squeeze, steps = 1, 0, None
     elif kind == "cells":
         lam, width, r = 2.0**-11, 1, 1  # P(0) about 2.4e-4: a few zeros in 20,000 labels
-        m0, tail, prob, alias, cell, offsets = laplace_cell_table(lam, min_probability=1e-4, rtol=1e-6)
+        m0, tail, prob, alias, cell, squeeze = laplace_cell_table(lam, min_probability=1e-4, rtol=1e-6)
         steps = None
     else:
         lam, width, r = 0.8, 40, 12
         m0, tail, prob, alias, starts, sizes = staircase_cell_table(lam, width, r, min_probability=1e-2)
-        cell, offsets, steps = 1, None, S.step_records(starts, sizes)
-    records, offset_records = S.bulk_records(prob, alias, offsets)
-    bulk = S.bulk_constants(m0, tail, prob.shape[0], cell)
+        cell, squeeze, steps = 1, 0, S.step_records(starts, sizes)
+    bulk = S.bulk_constants(m0, tail, prob.shape[0], cell, lam, squeeze)
     assert tail > 0.001  # the exact tail runs inside the blocks
-    return (S.staircase_constants(lam, width, r), bulk, records, offset_records,
+    return (S.staircase_constants(lam, width, r), bulk, S.alias_records(prob, alias),
             S._NO_STEPS if steps is None else steps)
 
 
@@ -114,7 +131,7 @@ def _mutant_without_the_zero_mask():
 
 @pytest.mark.parametrize("kernel", ["compiled", "twin", "mutant"])
 def test_the_cell_of_zero_reads_its_offset_digit_and_gives_zero(kernel):
-    c, bulk, records, offsets, steps = _bulk_case("cells")
+    c, bulk, records, steps = _bulk_case("cells")
     d = _digit_of_zero_cell(bulk, records)
     run = {"compiled": S._staircase_additive_bulk, "twin": _twin.twin(S._staircase_additive_bulk),
            "mutant": _mutant_without_the_zero_mask()}[kernel]
@@ -122,7 +139,7 @@ def test_the_cell_of_zero_reads_its_offset_digit_and_gives_zero(kernel):
     # the next digit, far in the bulk (the first cell of the positive side).
     src = scripted([d, 7, bulk[0] + (records.shape[0] // 3 // 2 + 1.5) / bulk[2], 0, 0, 0])
     out = np.empty(2)
-    run(np.zeros(2), src, 1.0, c, bulk, records, offsets, steps, False, 0.0, 0.0, out)
+    run(np.zeros(2), src, 1.0, c, bulk, records, steps, False, 0.0, 0.0, out)
     assert digits_used(src) == 4
     if kernel == "mutant":
         assert out[0] != 0.0  # caught
@@ -202,3 +219,37 @@ def test_gaussian_rare_branch_rejects_and_accepts_as_the_squeeze_says():
     assert rare(-t, offset, low, m_first, g[7], unit_f, np.random.default_rng(0)) == -(m_first + offset)
     assert rare(t, offset, high, m_first, g[7], unit_f, np.random.default_rng(0)) == math.inf
     assert DIGIT == 2.0**53
+
+
+def _offset_counts(lam, log_l, squeeze, n, seed):
+    """Counts of the offsets of n draws of the bulk kernel from a table of
+    three equal cells (t = -1, 0, 1; no tail): |z| - 1 for t != 0."""
+    from skdp_label.mechanisms.classic._noise import alias_table
+
+    prob, alias = alias_table(np.ones(3) / 3)
+    bulk = S.bulk_constants(1 + 2**log_l, 0.0, 3, 2**log_l, lam, squeeze)
+    out = np.empty(n)
+    S._staircase_additive_bulk(np.zeros(n), np.random.default_rng(seed), 1.0,
+                               S.staircase_constants(lam, 1, 1), bulk, S.alias_records(prob, alias),
+                               S._NO_STEPS, False, 0.0, 0.0, out)
+    z = np.abs(out[out != 0.0]) - 1.0
+    assert np.all(z == np.rint(z)) and z.min() >= 0 and z.max() < 2**log_l
+    return np.bincount(z.astype(np.int64), minlength=2**log_l)
+
+
+@pytest.mark.parametrize("mutant", [False, True])
+def test_cell_offsets_follow_the_exact_tilt(mutant):
+    """A cell of 64 values tilted by e^(-lam i) with lam L = 1/2 (the tables
+    use lam L <= 2**-6; a steep tilt exercises the exact Bernoulli on most
+    draws): chi-square against P(i) proportional to e^(-lam i). Mutation: a
+    squeeze that accepts every offset (uniform offsets) is caught."""
+    from scipy import stats
+
+    lam, log_l = 1.0 / 128.0, 6
+    unit = 2 ** (53 - log_l)
+    squeeze = unit if mutant else math.floor(math.exp(-lam * 63) * unit * (1 - 1e-12))
+    counts = _offset_counts(lam, log_l, squeeze, 120_000, 4)
+    p = np.exp(-lam * np.arange(64))
+    p /= p.sum()
+    pvalue = stats.chisquare(counts, p * counts.sum()).pvalue
+    assert (pvalue < 1e-6) if mutant else (pvalue > 1e-4)
