@@ -1,8 +1,8 @@
-"""The additive samplers' kernels restructured for speed read the same digits
-as their plain single-pass forms: the staircase bulk kernel (two passes a
-block, the offset digit read for every bulk label, the offset of a cell by
-rejection) and the Gaussian envelope kernel (one rare branch for the
-squeeze, the exponential outlined)."""
+"""The additive samplers' kernels restructured for speed read the digits of
+their plain forms: the staircase bulk kernel (the offset digit read for
+every bulk label, the offset of a cell by rejection) against a reference
+written label by label, and the Gaussian envelope kernel (one rare branch
+for the squeeze, the exponential outlined) against its loop as before."""
 
 import inspect
 import math
@@ -92,7 +92,7 @@ def _bulk_case(kind):
 
 @pytest.mark.parametrize("kind", ["values", "cells", "steps"])
 def test_bulk_kernel_reads_the_digits_of_one_pass(kind):
-    # 20,000 labels: 79 blocks and a partial one; tails and zeros inside them.
+    # 20,000 labels: tails, ties and (cells) zeros among them.
     case = _bulk_case(kind)
     y = np.random.default_rng(1).uniform(-50.0, 50.0, 20_000)
     args = (0.5, *case, True, -40.0, 40.0)

@@ -506,73 +506,40 @@ def _staircase_tail(d, qd, frac, c, m0, rng):
     return np.nan
 
 
-# Labels per block of the two passes of _staircase_additive_bulk (two
-# buffers of 8 bytes a label, well inside L1).
-_BULK_BLOCK = 256
-
-
 @numba.njit(cache=True, nogil=True)
 def _staircase_additive_bulk(y, rng, granularity, c, bulk, records, steps, clip, lo, hi, out):
     qd, frac, scale, m0, cell = bulk[0], bulk[1], bulk[2], bulk[3], bulk[4]
     shift, squeeze, lam = np.int64(bulk[5]), np.int64(bulk[6]), bulk[7]  # a table of cells'
     bits_mask = (np.int64(1) << shift) - 1
-    last = records.shape[0] // 3 - 1
-    half = last // 2  # entries -half, ..., half
+    half = (records.shape[0] // 3 - 1) // 2  # entries -half, ..., half
     inv_granularity = 1.0 / granularity
-    # Two passes a block: the first reads every digit of the block's labels,
-    # in the order of a single pass, and prefetches each label's alias
-    # record; the second reads the records. A value or cell table of
-    # hundreds of kilobytes is read at random, and waiting for one cache
-    # miss a label was a third of the time.
-    buf = np.empty((2, _BULK_BLOCK))
-    pick_at = buf[0]  # the bulk's uniform on [0, K) for the table, or -1: done
-    value = buf[1]  # the label's noise when done, else its cell's offset
-    n = y.shape[0]
-    for start in range(0, n, _BULK_BLOCK):
-        stop = min(start + _BULK_BLOCK, n)
-        for i in range(start, stop):
-            begin_row(rng, i)  # keyed releases: row i reads its own stream
-            k = i - start
-            d = _digit(rng)
-            if d <= qd:  # one compare on the hot path; the tie d = qd reads on
-                z = _staircase_tail(d, qd, frac, c, m0, rng)
-                if z == z:  # the tail (nan: the bulk after a tie)
-                    pick_at[k] = -1.0
-                    value[k] = z
-                    continue
-            v = (d - qd) * scale  # the same digit, uniform on the bulk's share
-            if steps.shape[0] > 0:  # a small table of steps: picked here
-                j = np.int64(_alias_pick(v, records))
+    for i in range(y.shape[0]):
+        begin_row(rng, i)  # keyed releases: row i reads its own stream
+        d = _digit(rng)
+        z = np.nan  # the bulk, unless the tail
+        if d <= qd:  # one compare on the hot path; the tie d = qd reads on
+            z = _staircase_tail(d, qd, frac, c, m0, rng)
+        if z != z and steps.shape[0] > 0:
+            j = np.int64(_alias_pick((d - qd) * scale, records))
+            e = _digit(rng)
+            while e >= steps[j, 2]:  # probability below m / 2**53
                 e = _digit(rng)
-                while e >= steps[j, 2]:  # probability below m / 2**53
-                    e = _digit(rng)
-                pick_at[k] = -1.0
-                value[k] = steps[j, 0] + _float_residue(e, steps[j, 1], steps[j, 3])
-                continue
-            prefetch(records, 3 * min(np.int64(v), last))
-            pick_at[k] = v
+            z = steps[j, 0] + _float_residue(e, steps[j, 1], steps[j, 3])
+        elif z != z:
+            z = _alias_pick((d - qd) * scale, records) - half
             if cell > 1.0:
                 # The offset's digit is read for the cell of 0 too (and
-                # dropped): which digits a label reads must not depend on
-                # its record, or the first pass would wait for it.
+                # dropped): a read that depends on the cell picked made LLVM
+                # select the generator's state on the table's load.
                 e = np.int64(_digit(rng))
                 offset = e >> shift
                 if (e & bits_mask) >= squeeze:  # rare (about lam L): the exact test
                     offset = _laplace_cell_offset(e, shift, lam, rng)
-                value[k] = float(offset)
-        for i in range(start, stop):
-            k = i - start
-            v = pick_at[k]
-            if v < 0.0:
-                z = value[k]
-            else:
-                z = _alias_pick(v, records) - half
-                if cell > 1.0:
-                    # copysign: a branch on the sign would be mispredicted
-                    # half the time; the mask (z != 0) keeps 0 (as +0.0:
-                    # the copysign on +0.0 is positive).
-                    z = (z != 0.0) * np.copysign(1.0 + cell * (abs(z) - 1.0) + value[k], z)
-            out[i] = _shift_on_grid(y[i], z, granularity, inv_granularity, clip, lo, hi)
+                # copysign: a branch on the sign would be mispredicted half
+                # the time; the mask (z != 0) keeps 0 (as +0.0: the copysign
+                # on +0.0 is positive).
+                z = (z != 0.0) * np.copysign(1.0 + cell * (abs(z) - 1.0) + float(offset), z)
+        out[i] = _shift_on_grid(y[i], z, granularity, inv_granularity, clip, lo, hi)
     return out
 
 

@@ -171,7 +171,7 @@ def _alias_error_bound(prob, alias, target, share=1.0):
 
 # Cells of a power-of-two L values with lam L about 2**-6: the smallest
 # acceptance of an offset is e^(-lam (L - 1)) > 0.984, and the cells from the
-# densest down to 2e-6 are ~1,000 (a table of ~25 kB, in the L1 cache). At
+# densest down to 2e-6 are ~1,000-2,000 (tables of 25-50 kB, about L1). At
 # most 2**30 values a cell: 23 bits of the offset's digit start its
 # acceptance (exact either way: a tie reads on).
 _CELL_RATE = 2.0**-6
