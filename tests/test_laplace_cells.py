@@ -105,3 +105,11 @@ def test_noisy_histogram_kernel_draws_as_the_general_kernel():
         )
         np.testing.assert_array_equal(small, general)
         assert not np.signbit(small[small == 0]).any()  # zeros are +0.0, as before
+
+
+def test_bulk_constants_refuse_cells_of_other_sizes():
+    # The kernel takes a cell's offset from a digit's top log2(L) bits.
+    with pytest.raises(ValueError, match="power of two"):
+        S.bulk_constants(10, 0.01, 5, cell=6)
+    const = S.bulk_constants(1 + 64 * 3, 0.01, 7, cell=64, lam=2.0**-12, squeeze=5)
+    assert const[4] == 64 and const[5] == 47 and const[6] == 5 and const[7] == 2.0**-12
