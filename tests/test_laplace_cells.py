@@ -17,9 +17,11 @@ from skdp_label.mechanisms.classic._noise import (
 
 @pytest.mark.parametrize("lam", [2.0**-12, 1.2207016348856996e-06, 2.0**-20])
 def test_cell_table_is_the_laplace_bulk(lam):
-    m0, tail, prob, alias, cell, offsets = laplace_cell_table(lam)
-    _, big_l, _, _ = S.geometric_constants(lam)
-    assert cell == big_l > 1 and m0 == 1 + cell * ((prob.shape[0] - 1) // 2)
+    m0, tail, prob, alias, cell, squeeze = laplace_cell_table(lam)
+    log_l = int(cell).bit_length() - 1
+    assert cell == 2**log_l > 1 and 2.0**-7 < lam * cell <= 2.0**-6  # a power of two
+    assert m0 == 1 + cell * ((prob.shape[0] - 1) // 2)
+    assert prob.shape[0] < 2_200  # ~50 kB at most (24 bytes a cell): about the L1 cache
     np.testing.assert_allclose(tail, 2 * staircase_tail(np.array([m0]), lam, 1, 1)[0], rtol=1e-12)
     implied = alias_table_probabilities(prob, alias) * (1.0 - tail)
     half = (prob.shape[0] - 1) // 2
@@ -29,16 +31,16 @@ def test_cell_table_is_the_laplace_bulk(lam):
         exact = staircase_pmf(z, lam, 1, 1).sum()
         assert implied[half + 1 + s] == pytest.approx(exact, rel=1e-9)
         assert implied[half - 1 - s] == pytest.approx(exact, rel=1e-9)
-    offset_pmf = np.exp(-lam * np.arange(cell))
-    np.testing.assert_allclose(
-        alias_table_probabilities(*offsets), offset_pmf / offset_pmf.sum(), rtol=1e-9
-    )
+    # The squeeze: below the smallest acceptance e^(-lam (L - 1)), scaled to the
+    # offset digit's 53 - log2 L acceptance bits, and close to it.
+    smallest = np.exp(-lam * (cell - 1)) * 2.0 ** (53 - log_l)
+    assert isinstance(squeeze, int) and smallest * (1 - 1e-11) < squeeze < smallest
 
 
 def test_no_cell_table_where_values_fit():
     assert laplace_cell_table(2.0**-10) is None  # one value per super-block
     assert laplace_cell_table(2.0**-12, rtol=1e-18) is None  # bound not met: exact sampler
-    assert laplace_cell_table(1e-13) is None  # cells of 10**10 values: no table is built
+    assert laplace_cell_table(1e-13) is None  # cells of 2**37 values: no table is built
 
 
 def _binned_pvalue(noise, lam, width):
@@ -54,29 +56,29 @@ def _binned_pvalue(noise, lam, width):
     return stats.chisquare(counts, expected).pvalue
 
 
-def _cell_noise(lam, n, seed, cell_shift=0):
-    m0, tail, prob, alias, cell, offsets = laplace_cell_table(lam, min_probability=5e-5, rtol=1e-6)
-    bulk = S.bulk_constants(m0, tail, prob.shape[0], cell + cell_shift)
+def _cell_noise(lam, n, seed, cell_factor=1):
+    m0, tail, prob, alias, cell, squeeze = laplace_cell_table(lam, min_probability=5e-5, rtol=1e-6)
+    bulk = S.bulk_constants(m0, tail, prob.shape[0], cell * cell_factor, lam, squeeze // cell_factor)
     noise = S.staircase_additive_bulk(
         np.zeros(n), np.random.default_rng(seed), 1.0, S.staircase_constants(lam, 1, 1), bulk,
-        prob, alias, False, 0.0, 0.0, offsets,
+        prob, alias, False, 0.0, 0.0,
     )
     return noise, m0
 
 
 def test_cell_sampler_matches_the_laplace_including_tails():
-    lam = 2.0**-13  # L = 8 values per cell, scale 8192
+    lam = 2.0**-13  # L = 128 values per cell, scale 8192
     noise, m0 = _cell_noise(lam, 300_000, 3)
     assert np.all(noise == np.rint(noise))
-    assert (np.abs(noise) >= m0).mean() > 0.01  # the exact tail ran too
+    assert (np.abs(noise) >= m0).mean() > 0.003  # the exact tail ran too (~1,900 draws)
     assert _binned_pvalue(noise, lam, 333) > 1e-4
     assert abs((noise > 0).mean() - 0.5) < 0.01
 
 
 def test_cell_sampler_audit_catches_wrong_cell_arithmetic():
-    # Mutation: cells one value too wide (the sampler spreads the bulk too far).
+    # Mutation: cells twice too wide (the sampler spreads the bulk too far).
     lam = 2.0**-13
-    noise, _ = _cell_noise(lam, 300_000, 3, cell_shift=1)
+    noise, _ = _cell_noise(lam, 300_000, 3, cell_factor=2)
     assert _binned_pvalue(noise, lam, 333) < 1e-6
 
 
@@ -103,3 +105,11 @@ def test_noisy_histogram_kernel_draws_as_the_general_kernel():
         )
         np.testing.assert_array_equal(small, general)
         assert not np.signbit(small[small == 0]).any()  # zeros are +0.0, as before
+
+
+def test_bulk_constants_refuse_cells_of_other_sizes():
+    # The kernel takes a cell's offset from a digit's top log2(L) bits.
+    with pytest.raises(ValueError, match="power of two"):
+        S.bulk_constants(10, 0.01, 5, cell=6)
+    const = S.bulk_constants(1 + 64 * 3, 0.01, 7, cell=64, lam=2.0**-12, squeeze=5)
+    assert const[4] == 64 and const[5] == 47 and const[6] == 5 and const[7] == 2.0**-12

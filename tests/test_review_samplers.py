@@ -338,7 +338,7 @@ def test_staircase_family_table_is_exact_at_extreme_epsilon(make):
     table = mech._alias_table[1]
     if table is None:  # the exact sampler everywhere (its own tests)
         return
-    m0, tail, prob, alias, cell, offsets, steps = table
+    m0, tail, prob, alias, cell, squeeze, steps = table
     exact_tail = 2 * staircase_tail(np.array([m0]), lam, width, r)[0]
     np.testing.assert_allclose(tail, exact_tail, rtol=1e-9)
     implied = alias_table_probabilities(prob, alias) * (1.0 - tail)
@@ -423,7 +423,7 @@ def test_staircase_cached_tables_are_public():
         tables.append(mech._alias_table)
     (k1, t1, r1), (k2, t2, r2) = tables  # key, tables, their packed records
     assert k1 == k2
-    for a, b in zip((*t1, *r1), (*t2, *r2)):
+    for a, b in zip((*t1, r1), (*t2, r2)):
         assert (a is None and b is None) or np.asarray(a).tobytes() == np.asarray(b).tobytes()
 
 

@@ -650,3 +650,37 @@ def test_grid_reference_comparison_catches_wrong_limits():
         _grid_kernel([3.0], 1.0, u1, u2, w, rest_total, right)
         _grid_kernel([3.0], 1.0, u1, u2, w, rest_total, wrong, parts=mutant)
         assert digits_used(right) != digits_used(wrong)
+
+
+def test_int_residue_is_the_integer_modulo():
+    """The sampler's position ``e mod m`` (an int64 digit, a float quotient by
+    the table's ``1 / m``, corrections by masks) equals the integer modulo,
+    compiled and in the twin, at the ends of the digit range and around
+    multiples of m, for part sizes from 1 to 2**53 - 1. Mutation: without the
+    upward correction (r < 0: + m) some digits come out negative."""
+    import numba
+
+    from skdp_label._kernels import _twin
+    from skdp_label.mechanisms.rp_with_prior._interval import _int_residue
+    from test_numerics import residue_digits
+
+    @numba.njit
+    def residues(d, m, inv_m, out):
+        for i in range(d.shape[0]):
+            out[i] = _int_residue(d[i], m, inv_m)
+
+    gen = np.random.default_rng(0)
+    caught = 0
+    for m in [1, 2, 3, 7, 99, 1517, 2**20 + 1, 2**40 - 3, 2**52 + 1, 2**53 - 1]:
+        d = residue_digits(m, gen).astype(np.int64)
+        expected = d % np.int64(m)
+        out = np.empty(d.shape[0], dtype=np.int64)
+        residues(d, np.int64(m), 1.0 / m, out)
+        np.testing.assert_array_equal(out, expected)
+        twin = [_twin.twin(_int_residue)(int(x), m, 1.0 / m) for x in d[:300]]
+        np.testing.assert_array_equal(twin, expected[:300])
+        # The mutant: the truncated quotient and the downward correction only.
+        r = d - (d.astype(np.float64) * (1.0 / m)).astype(np.int64) * m
+        r = r - (m & ~((r - m) >> 63))
+        caught += int(np.any(r != expected))
+    assert caught > 0

@@ -188,7 +188,7 @@ def test_bulk_first_digit_around_the_tail_threshold(table, compiled):
         out = np.empty(1)
         kernel(
             np.zeros(1), src, 1.0, c, bulk, S.alias_records(prob, alias),
-            S._NO_OFFSETS, S._NO_STEPS if steps is None else steps, False, 0.0, 0.0, out,
+            S._NO_STEPS if steps is None else steps, False, 0.0, 0.0, out,
         )
         assert (abs(out[0]) >= m0) == in_tail, digits
         if table == "values" and digits == [qd, tie + 1]:

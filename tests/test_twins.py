@@ -336,7 +336,7 @@ def test_the_cold_caps_cover_a_warm_up_fit():
 
 # The three alias tables of the bulk staircase kernel (from 10,000 labels):
 # super-block cells (Laplace), steps (staircase), values (discrete Laplace).
-_BULK = [("laplace", 801), ("staircase", 1), ("discrete-laplace", 1)]
+_BULK = [("laplace", 8192), ("staircase", 1), ("discrete-laplace", 1)]
 
 
 def _bulk_fit(monkeypatch, name, use_twin):

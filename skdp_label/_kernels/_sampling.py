@@ -356,11 +356,17 @@ def staircase_one_sided(c, rng):
     return k * c[4] + _staircase_block(c, rng, c[10], 0.0)
 
 
-def bulk_constants(m0, tail_probability, n_entries, cell=1):
+def bulk_constants(m0, tail_probability, n_entries, cell=1, lam=0.0, squeeze=0):
     """Constants of :func:`staircase_additive_bulk` (``cell``: values per
-    table entry, 1 for a table of values)."""
+    table entry, 1 for a table of values; a table of cells, a power of two,
+    also gives the rate ``lam`` and the ``squeeze`` of ``laplace_cell_table``):
+    (qd, frac, bulk scale, m0, cell, 53 - log2(cell), squeeze, lam)."""
     qd, frac = split_probability(tail_probability)
-    return np.array([qd, frac, n_entries / (_DIGIT - qd), float(m0), float(cell), cell / _DIGIT])
+    shift = 53 - (int(cell).bit_length() - 1)
+    if cell > 1 and 1 << (53 - shift) != cell:
+        raise ValueError(f"a table's cells hold a power of two of values, not {cell}.")
+    return np.array([qd, frac, n_entries / (_DIGIT - qd), float(m0), float(cell), float(shift),
+                     float(squeeze), float(lam)])
 
 
 def alias_records(prob, alias):
@@ -382,7 +388,6 @@ def alias_records(prob, alias):
     return np.ascontiguousarray(np.stack([threshold, other, j - other], axis=1).reshape(-1))
 
 
-_NO_OFFSETS = alias_records(np.ones(1), np.zeros(1, dtype=np.int64))  # a value table's offsets
 _NO_STEPS = np.zeros((0, 4))
 
 
@@ -399,8 +404,7 @@ def step_records(starts, sizes):
 
 
 def staircase_additive_bulk(
-    y, rng, granularity, c, bulk, prob, alias, clip, lo, hi, offsets=None, steps=None,
-    records=None,
+    y, rng, granularity, c, bulk, prob, alias, clip, lo, hi, steps=None, records=None,
 ):
     """:func:`staircase_additive` with the bulk from an alias table.
 
@@ -414,33 +418,48 @@ def staircase_additive_bulk(
     A table of *cells* (``cell = L > 1``: the discrete Laplace on a fine grid,
     whose bulk has far too many values for a table) has entries
     t = -T, ..., T: t = 0 is the value 0 and t != 0 the values
-    sign(t) (1 + L (|t| - 1) + i), i in [0, L), one super-block of
-    :func:`geometric` (m0 = 1 + L T). The offset i has the same law in
-    every cell, P(i) proportional to e^(-lam i), and is drawn from a fresh
-    digit through the alias table ``offsets = (prob, alias)`` of i
-    (both tables from ``laplace_cell_table``).
+    sign(t) (1 + L (|t| - 1) + i), i in [0, L) (L a power of two; m0 = 1 +
+    L T). The offset i has the same law in every cell, P(i) proportional to
+    e^(-lam i), drawn by rejection from one fresh digit: its top log2(L) bits
+    are i (uniform), the others start the uniform of an exact
+    Bernoulli(e^(-lam i)) that accepts it, at once when they lie below the
+    ``squeeze`` (an integer below 2**(53 - log2 L) e^(-lam (L - 1)), the
+    smallest acceptance); a rejected offset is drawn again from a fresh
+    digit, the cell kept (the acceptance does not depend on the cell, so
+    the cells' masses are the table's). The table from ``laplace_cell_table``.
 
     A table of *steps* (``steps`` from :func:`step_records`: the staircase
     on a fine grid, ``staircase_cell_table``) has entries of equal-weight
     values ``start, ..., start + m - 1``; the value is drawn uniformly inside
     the entry from a fresh digit (exactly, by rejection).
 
-    ``records``: :func:`bulk_records` of the tables, if kept from an earlier
+    ``records``: :func:`alias_records` of the table, if kept from an earlier
     call (packing a large table costs about as much as 10,000 labels).
     """
-    cells, offset_cells = bulk_records(prob, alias, offsets) if records is None else records
+    cells = alias_records(prob, alias) if records is None else records
     out = np.empty(y.shape[0], dtype=np.float64)
     kernel_for(_staircase_additive_bulk, rng, y.shape[0])(
-        y, rng, granularity, c, bulk, cells, offset_cells,
-        _NO_STEPS if steps is None else steps, clip, lo, hi, out,
+        y, rng, granularity, c, bulk, cells, _NO_STEPS if steps is None else steps, clip, lo, hi,
+        out,
     )
     return out
 
 
-def bulk_records(prob, alias, offsets=None):
-    """The :func:`alias_records` of :func:`staircase_additive_bulk`'s
-    tables: the bulk's, and the offsets' (a value table's if None)."""
-    return alias_records(prob, alias), _NO_OFFSETS if offsets is None else alias_records(*offsets)
+@numba.njit(cache=True, nogil=True)
+def _laplace_cell_offset(e, shift, lam, rng):
+    """The offset of a cell of :func:`staircase_additive_bulk` whose first
+    digit ``e`` (an int64) has acceptance bits not below the squeeze: the
+    exact Bernoulli(e^(-lam i)) on them (``_bernoulli_first``: a tie reads
+    on), and, while rejected, fresh digits. Not inlined (see
+    :func:`_staircase_tail`)."""
+    unit = np.int64(1) << shift
+    while True:
+        offset = e >> shift
+        x = np.exp(-lam * float(offset)) * float(unit)
+        xd = np.floor(x)
+        if _bernoulli_first(float(e & (unit - 1)), xd, x - xd, rng):
+            return offset
+        e = np.int64(_digit(rng))
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -488,10 +507,10 @@ def _staircase_tail(d, qd, frac, c, m0, rng):
 
 
 @numba.njit(cache=True, nogil=True)
-def _staircase_additive_bulk(
-    y, rng, granularity, c, bulk, records, offsets, steps, clip, lo, hi, out
-):
-    qd, frac, scale, m0, cell, offset_scale = bulk[0], bulk[1], bulk[2], bulk[3], bulk[4], bulk[5]
+def _staircase_additive_bulk(y, rng, granularity, c, bulk, records, steps, clip, lo, hi, out):
+    qd, frac, scale, m0, cell = bulk[0], bulk[1], bulk[2], bulk[3], bulk[4]
+    shift, squeeze, lam = np.int64(bulk[5]), np.int64(bulk[6]), bulk[7]  # a table of cells'
+    bits_mask = (np.int64(1) << shift) - 1
     half = (records.shape[0] // 3 - 1) // 2  # entries -half, ..., half
     inv_granularity = 1.0 / granularity
     for i in range(y.shape[0]):
@@ -508,10 +527,18 @@ def _staircase_additive_bulk(
             z = steps[j, 0] + _float_residue(e, steps[j, 1], steps[j, 3])
         elif z != z:
             z = _alias_pick((d - qd) * scale, records) - half
-            if cell > 1.0 and z != 0.0:
-                offset = _alias_pick(_digit(rng) * offset_scale, offsets)
-                # copysign: a branch on the sign would be mispredicted half the time.
-                z = np.copysign(1.0 + cell * (abs(z) - 1.0) + offset, z)
+            if cell > 1.0:
+                # The offset's digit is read for the cell of 0 too (and
+                # dropped): a read that depends on the cell picked made LLVM
+                # select the generator's state on the table's load.
+                e = np.int64(_digit(rng))
+                offset = e >> shift
+                if (e & bits_mask) >= squeeze:  # rare (about lam L): the exact test
+                    offset = _laplace_cell_offset(e, shift, lam, rng)
+                # copysign: a branch on the sign would be mispredicted half
+                # the time; the mask (z != 0) keeps 0 (as +0.0: the copysign
+                # on +0.0 is positive).
+                z = (z != 0.0) * np.copysign(1.0 + cell * (abs(z) - 1.0) + float(offset), z)
         out[i] = _shift_on_grid(y[i], z, granularity, inv_granularity, clip, lo, hi)
     return out
 
@@ -576,6 +603,22 @@ def _gaussian_tail(d, g, rng):
 
 
 @numba.njit(cache=True, nogil=True)
+def _gaussian_cell_rare(t, offset, bits, m_first, inv_two_var, unit_f, rng):
+    """The proposal (cell ``t``, offset, acceptance ``bits``) of
+    :func:`_gaussian_additive` whose bits are not below its cell's squeeze
+    (always so in the cell of 0, whose squeeze is 0): its value if accepted,
+    inf if rejected. Not inlined (see :func:`_staircase_tail`): the
+    exponential's call kept the hot loop's values in memory."""
+    if t == 0.0:  # the value 0 under an envelope of L: accepted w.p. 1 / L
+        return 0.0 if offset == 0 else np.inf
+    x = np.exp(-(offset * (2.0 * m_first + offset)) * inv_two_var) * unit_f
+    xd = np.floor(x)
+    if _bernoulli_first(float(bits), xd, x - xd, rng):
+        return np.copysign(m_first + offset, t)
+    return np.inf
+
+
+@numba.njit(cache=True, nogil=True)
 def _gaussian_additive(y, rng, granularity, g, records, squeeze, clip, lo, hi, out):
     qd, scale, half, cell, shift = g[0], g[2], g[3], g[4], np.int64(g[5])  # g[1]: the tail's
     inv_two_var = g[7]
@@ -600,20 +643,16 @@ def _gaussian_additive(y, rng, granularity, g, records, squeeze, clip, lo, hi, o
             # the uniform of the acceptance Bernoulli (read on in a tie).
             e = np.int64(_digit(rng))
             offset = e >> shift
-            if t == 0.0:  # the value 0 under an envelope of L: accepted w.p. 1 / L
-                if offset == 0:
-                    z = 0.0
-                    break
-                continue
-            m_first = 1.0 + cell * (abs(t) - 1.0)
             bits = e & (unit - 1)
-            if bits >= squeeze[np.int64(abs(t))]:  # not under the cell's smallest acceptance
-                x = np.exp(-(offset * (2.0 * m_first + offset)) * inv_two_var) * unit_f
-                xd = np.floor(x)
-                if not _bernoulli_first(float(bits), xd, x - xd, rng):
-                    continue
-            z = np.copysign(m_first + offset, t)
-            break
+            m_first = 1.0 + cell * (abs(t) - 1.0)
+            # One rare branch: bits under the cell's smallest acceptance accept
+            # (the cell of 0 has squeeze 0: never).
+            if bits < squeeze[np.int64(abs(t))]:
+                z = np.copysign(m_first + offset, t)
+                break
+            z = _gaussian_cell_rare(t, offset, bits, m_first, inv_two_var, unit_f, rng)
+            if z != np.inf:
+                break
         out[i] = _shift_on_grid(y[i], z, granularity, inv_granularity, clip, lo, hi)
     return out
 

@@ -32,7 +32,6 @@ from ..._kernels._sampling import (
     gaussian_additive,
     max_staircase_magnitude,
     bulk_constants,
-    bulk_records,
     staircase_additive,
     staircase_additive_bulk,
     staircase_constants,
@@ -225,27 +224,28 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
             key = (lam, width, r)
             cached = getattr(self, "_alias_table", None)
             if cached is None or cached[0] != key:  # rebuilt after a refit
+                # (m0, tail, prob, alias, values a cell, squeeze, steps)
                 table = staircase_alias_table(lam, width, r)
                 if table is not None:
-                    table = (*table, 1, None, None)
-                elif width == 1 and r == 1:  # a fine grid: a table of super-blocks
+                    table = (*table, 1, 0, None)
+                elif width == 1 and r == 1:  # a fine grid: a table of cells
                     table = laplace_cell_table(lam)
                     table = None if table is None else (*table, None)
                 else:  # a fine grid: a table of steps
                     table = staircase_cell_table(lam, width, r)
                     if table is not None:
                         *head, starts, sizes = table
-                        table = (*head, 1, None, step_records(starts, sizes))
+                        table = (*head, 1, 0, step_records(starts, sizes))
                 # Packed for the kernel once (public, like the table).
-                records = None if table is None else bulk_records(*table[2:4], table[5])
+                records = None if table is None else alias_records(*table[2:4])
                 cached = self._alias_table = (key, table, records)
             _, table, records = cached
             if table is not None:
-                m0, tail, prob, alias, cell, offsets, steps = table
+                m0, tail, prob, alias, cell, squeeze, steps = table
                 return staircase_additive_bulk(
                     y, rng, self.granularity_, constants,
-                    bulk_constants(m0, tail, prob.shape[0], cell), prob, alias, bool(self.clip), lo, hi,
-                    offsets, steps, records=records,
+                    bulk_constants(m0, tail, prob.shape[0], cell, lam, squeeze), prob, alias,
+                    bool(self.clip), lo, hi, steps, records=records,
                 )
         return staircase_additive(y, rng, self.granularity_, constants, bool(self.clip), lo, hi)
 

@@ -169,26 +169,30 @@ def _alias_error_bound(prob, alias, target, share=1.0):
     return float(np.max((np.abs(implied - target) + 4.0 * (1.0 + n_in) / 2.0**53) / target))
 
 
-# Largest cell (and offset table): the continuous Laplace's grids have
-# L ~ 800-1600; the discrete Laplace on spans above ~4 million eps (tinier
-# lam, cells of millions of values) keeps the exact sampler.
-_MAX_CELL = 4096
+# Cells of a power-of-two L values with lam L about 2**-6: the smallest
+# acceptance of an offset is e^(-lam (L - 1)) > 0.984, and the cells from the
+# densest down to 2e-6 are ~1,000-2,000 (tables of 25-50 kB, about L1). At
+# most 2**30 values a cell: 23 bits of the offset's digit start its
+# acceptance (exact either way: a tie reads on).
+_CELL_RATE = 2.0**-6
+_MAX_CELL = 2**30
 
 
 def laplace_cell_table(lam, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9):
-    """Alias tables of the bulk of the discrete Laplace on a fine grid, by cells.
+    """Alias table of the bulk of the discrete Laplace on a fine grid, by cells.
 
     For ``lam < 2**-10`` (the continuous Laplace's grids) the bulk has far
     too many values for :func:`staircase_alias_table`; the table holds
-    *cells* instead: 0, and for each sign the super-blocks s = 0, 1, ...,
-    T - 1 of ``L`` values 1 + L s + i (``L`` of
-    :func:`skdp_label._kernels._sampling.geometric_constants`), as long as a
-    cell's probability is at least ``min_probability``. The offset i inside
-    a cell has the same law in every cell, P(i) proportional to e^(-lam i),
-    and a second alias table. Returns None when ``lam >= 2**-10`` or when
-    the error bound of a value's probability (cell plus offset: digit
-    quantisation and float error, as in :func:`staircase_alias_table`)
-    exceeds ``rtol`` relative, or when a cell would exceed 4096 values.
+    *cells* instead: 0, and for each sign the cells s = 0, 1, ..., T - 1 of
+    ``L`` values 1 + L s + i (``L`` the power of two with lam L in
+    (2**-7, 2**-6]), as long as a cell's probability is at least
+    ``min_probability``. The offset i inside a cell has the same law in
+    every cell, P(i) proportional to e^(-lam i), sampled exactly by rejection
+    (:func:`skdp_label._kernels._sampling.staircase_additive_bulk`). Returns
+    None when ``lam >= 2**-10``, when the error bound of a cell's
+    probability (digit quantisation and float error, as in
+    :func:`staircase_alias_table`) exceeds ``rtol`` relative, or when a cell
+    would exceed 2**30 values.
 
     Returns
     -------
@@ -200,12 +204,18 @@ def laplace_cell_table(lam, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9
         The alias table of the cells t = -T, ..., T.
     cell : int
         L, the values per cell.
-    offsets : tuple of ndarray
-        The alias table (prob, alias) of the offsets 0, ..., L - 1.
+    squeeze : int
+        An integer below 2**(53 - log2 L) e^(-lam (L - 1)): offsets whose
+        acceptance bits lie below it are accepted without the exponential.
     """
-    _, big_l, lam_l, _ = geometric_constants(lam)
-    if not 1.0 < big_l <= _MAX_CELL:
+    lam = float(lam)
+    if not lam < 2.0**-10:
         return None
+    log_l = math.floor(math.log2(_CELL_RATE / lam))
+    big_l = 2**log_l
+    if big_l > _MAX_CELL:
+        return None
+    lam_l = lam * big_l
     p0 = _p_zero(lam, 1, 1)
     # Cell s holds p0 b^(1 + L s) (1 - b^L) / (1 - b): positive terms, 1 - b by expm1.
     first = p0 * math.exp(-lam) * math.expm1(-lam_l) / math.expm1(-lam)
@@ -214,19 +224,16 @@ def laplace_cell_table(lam, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9
         return None
     cells = first * np.exp(-lam_l * np.arange(n_cells, dtype=np.float64))
     masses = np.concatenate([cells[::-1], [p0], cells])
-    m0 = 1 + int(big_l) * n_cells
+    m0 = 1 + big_l * n_cells
     tail_probability = 2.0 * p0 * math.exp(-lam * m0) / -math.expm1(-lam)
     prob, alias = alias_table(masses)
-    # Offsets: e^(-lam i) (1 - b) / (1 - b^L), from expm1.
-    i = np.arange(int(big_l), dtype=np.float64)
-    offset_pmf = np.exp(-lam * i) * (math.expm1(-lam) / math.expm1(-lam_l))
-    offsets = alias_table(offset_pmf)
-    bound = _alias_error_bound(prob, alias, masses, 1.0 - tail_probability) + _alias_error_bound(
-        *offsets, offset_pmf
-    )
-    if not bound <= rtol:
+    if not _alias_error_bound(prob, alias, masses, 1.0 - tail_probability) <= rtol:
         return None
-    return m0, tail_probability, prob, alias, int(big_l), offsets
+    # (1 - 1e-12): below the kernel's e^(-lam i) for every i < L whatever
+    # the last bit of either exponential.
+    unit = 2.0 ** (53 - log_l)
+    squeeze = math.floor(math.exp(-lam * (big_l - 1)) * unit * (1.0 - 1e-12))
+    return m0, tail_probability, prob, alias, big_l, squeeze
 
 
 def staircase_cell_table(lam, width, r, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9):

@@ -1,0 +1,255 @@
+"""The additive samplers' kernels restructured for speed read the digits of
+their plain forms: the staircase bulk kernel (the offset digit read for
+every bulk label, the offset of a cell by rejection) against a reference
+written label by label, and the Gaussian envelope kernel (one rare branch
+for the squeeze, the exponential outlined) against its loop as before."""
+
+import inspect
+import math
+
+import numpy as np
+import pytest
+
+from skdp_label._kernels import _sampling as S
+from skdp_label._kernels import _twin
+from skdp_label.mechanisms.classic._noise import (
+    gaussian_cell_table,
+    laplace_cell_table,
+    staircase_alias_table,
+    staircase_cell_table,
+)
+from test_numerics import DIGIT, digits_used, scripted
+
+
+def _cell_offset(rng, lam, log_l, squeeze):
+    """The offset i in [0, L) of a cell, P(i) proportional to e^(-lam i):
+    uniform from a digit's top log2 L bits, accepted when the other bits
+    (and any further digits) are below e^(-lam i), at once below the squeeze;
+    rejected: a fresh digit."""
+    digit, first = _twin.twin(S._digit), _twin.twin(S._bernoulli_first)
+    unit = 2 ** (53 - log_l)
+    while True:
+        e = int(digit(rng))
+        offset, bits = e // unit, e % unit
+        if bits < squeeze:
+            return offset
+        x = math.exp(-lam * offset) * unit
+        if first(float(bits), float(math.floor(x)), x - math.floor(x), rng):
+            return offset
+
+
+def _one_pass_bulk(y, rng, granularity, c, bulk, records, steps, clip, lo, hi):
+    """:func:`S._staircase_additive_bulk` written as one pass, label by label,
+    from the twins of its helpers (the order of digits the kernel must keep)."""
+    digit, pick, tail = _twin.twin(S._digit), _twin.twin(S._alias_pick), _twin.twin(S._staircase_tail)
+    residue, shift = _twin.twin(S._float_residue), _twin.twin(S._shift_on_grid)
+    qd, frac, scale, m0, cell, _, squeeze, lam = (float(b) for b in bulk)
+    half = (records.shape[0] // 3 - 1) // 2
+    out = np.empty(y.shape[0])
+    for i in range(y.shape[0]):
+        d = digit(rng)
+        z = math.nan
+        if d <= qd:
+            z = tail(d, qd, frac, c, m0, rng)
+        if z != z:
+            v = (d - qd) * scale
+            if steps.shape[0] > 0:
+                j = int(pick(v, records))
+                e = digit(rng)
+                while e >= steps[j, 2]:
+                    e = digit(rng)
+                z = steps[j, 0] + residue(e, steps[j, 1], steps[j, 3])
+            else:
+                t = pick(v, records) - half
+                z = t
+                if cell > 1.0:  # read for t = 0 too
+                    offset = _cell_offset(rng, lam, int(cell).bit_length() - 1, squeeze)
+                    z = math.copysign(1.0 + cell * (abs(t) - 1.0) + offset, t) if t != 0.0 else 0.0
+        out[i] = shift(float(y[i]), z, granularity, 1.0 / granularity, clip, lo, hi)
+    return out
+
+
+def _bulk_case(kind):
+    """(constants, bulk, records, steps) of a table with many tail labels,
+    for each kind of table."""
+    if kind == "values":
+        lam, width, r = 0.05, 1, 1
+        m0, tail, prob, alias = staircase_alias_table(lam, width, r, min_probability=1e-3)
+        cell, squeeze, steps = 1, 0, None
+    elif kind == "cells":
+        lam, width, r = 2.0**-11, 1, 1  # P(0) about 2.4e-4: a few zeros in 20,000 labels
+        m0, tail, prob, alias, cell, squeeze = laplace_cell_table(lam, min_probability=1e-4, rtol=1e-6)
+        steps = None
+    else:
+        lam, width, r = 0.8, 40, 12
+        m0, tail, prob, alias, starts, sizes = staircase_cell_table(lam, width, r, min_probability=1e-2)
+        cell, squeeze, steps = 1, 0, S.step_records(starts, sizes)
+    bulk = S.bulk_constants(m0, tail, prob.shape[0], cell, lam, squeeze)
+    assert tail > 0.001  # the exact tail runs inside the blocks
+    return (S.staircase_constants(lam, width, r), bulk, S.alias_records(prob, alias),
+            S._NO_STEPS if steps is None else steps)
+
+
+@pytest.mark.parametrize("kind", ["values", "cells", "steps"])
+def test_bulk_kernel_reads_the_digits_of_one_pass(kind):
+    # 20,000 labels: tails, ties and (cells) zeros among them.
+    case = _bulk_case(kind)
+    y = np.random.default_rng(1).uniform(-50.0, 50.0, 20_000)
+    args = (0.5, *case, True, -40.0, 40.0)
+    got = np.empty(y.shape[0])
+    S._staircase_additive_bulk(y, np.random.default_rng(5), args[0], *case, True, -40.0, 40.0, got)
+    ref = _one_pass_bulk(y, np.random.default_rng(5), *args)
+    np.testing.assert_array_equal(got.view(np.int64), ref.view(np.int64))
+    if kind == "cells":
+        raw = np.empty(y.shape[0])
+        S._staircase_additive_bulk(np.zeros_like(y), np.random.default_rng(5), 1.0, *case, False,
+                                   0.0, 0.0, raw)
+        assert 0 < np.count_nonzero(raw == 0.0) < 50 and not np.signbit(raw[raw == 0.0]).any()
+
+
+def _digit_of_zero_cell(bulk, records):
+    """A first digit that the cell table sends to its cell of 0."""
+    qd, scale = bulk[0], bulk[2]
+    half = (records.shape[0] // 3 - 1) // 2
+    pick = _twin.twin(S._alias_pick)
+    for d in qd + 1.0 + np.floor(np.arange(0.0, 1.0, 1 / 64) / scale + half / scale):
+        if pick((d - qd) * scale, records) == half:
+            return d
+    raise AssertionError("no digit picks the cell of 0")
+
+
+def _mutant_without_the_zero_mask():
+    """The bulk kernel's twin with the mask ``(z != 0.0) *`` removed: the cell
+    of 0 would come out as a value of the first cell."""
+    source = inspect.getsource(S._staircase_additive_bulk.py_func)
+    source = source[source.index("def "):]
+    assert source.count("(z != 0.0) * ") == 1
+    namespace = dict(_twin.twin(S._staircase_additive_bulk).__globals__)
+    exec(source.replace("(z != 0.0) * ", ""), namespace)
+    return namespace["_staircase_additive_bulk"]
+
+
+@pytest.mark.parametrize("kernel", ["compiled", "twin", "mutant"])
+def test_the_cell_of_zero_reads_its_offset_digit_and_gives_zero(kernel):
+    c, bulk, records, steps = _bulk_case("cells")
+    d = _digit_of_zero_cell(bulk, records)
+    run = {"compiled": S._staircase_additive_bulk, "twin": _twin.twin(S._staircase_additive_bulk),
+           "mutant": _mutant_without_the_zero_mask()}[kernel]
+    # Label 0: the cell of 0 (its offset digit read and dropped); label 1:
+    # the next digit, far in the bulk (the first cell of the positive side).
+    src = scripted([d, 7, bulk[0] + (records.shape[0] // 3 // 2 + 1.5) / bulk[2], 0, 0, 0])
+    out = np.empty(2)
+    run(np.zeros(2), src, 1.0, c, bulk, records, steps, False, 0.0, 0.0, out)
+    assert digits_used(src) == 4
+    if kernel == "mutant":
+        assert out[0] != 0.0  # caught
+        return
+    assert out[0] == 0.0 and not np.signbit(out[0])
+    assert 1.0 <= out[1] <= bulk[4]  # the first positive cell
+
+
+def _one_pass_gaussian(y, rng, granularity, g, records, squeeze, clip, lo, hi):
+    """:func:`S._gaussian_additive` as before its restructuring (one loop, the
+    squeeze and the exponential inline), from the twins of its helpers."""
+    digit, pick = _twin.twin(S._digit), _twin.twin(S._alias_pick)
+    tail, first = _twin.twin(S._gaussian_tail), _twin.twin(S._bernoulli_first)
+    shift_on_grid = _twin.twin(S._shift_on_grid)
+    qd, scale, half, cell, shift = g[0], g[2], g[3], g[4], int(g[5])
+    unit = 1 << shift
+    out = np.empty(y.shape[0])
+    for i in range(y.shape[0]):
+        while True:
+            d = digit(rng)
+            if d <= qd:
+                z = tail(d, g, rng)
+                if z == math.inf:
+                    continue
+                if z == z:
+                    break
+            t = pick((d - qd) * scale, records) - half
+            if cell == 1.0:
+                z = t
+                break
+            e = int(digit(rng))
+            offset = e >> shift
+            if t == 0.0:
+                if offset == 0:
+                    z = 0.0
+                    break
+                continue
+            m_first = 1.0 + cell * (abs(t) - 1.0)
+            bits = e & (unit - 1)
+            if bits >= squeeze[int(abs(t))]:
+                x = math.exp(-(offset * (2.0 * m_first + offset)) * g[7]) * float(unit)
+                xd = math.floor(x)
+                if not first(float(bits), float(xd), x - xd, rng):
+                    continue
+            z = math.copysign(m_first + offset, t)
+            break
+        out[i] = shift_on_grid(float(y[i]), z, granularity, 1.0 / granularity, clip, lo, hi)
+    return out
+
+
+@pytest.mark.parametrize("sigma", [3.0, 40.0, 5000.0])
+def test_gaussian_kernel_reads_the_digits_of_the_plain_loop(sigma):
+    g, prob, alias, squeeze = gaussian_cell_table(sigma)
+    records = S.alias_records(prob, alias)
+    y = np.random.default_rng(2).uniform(-30.0, 30.0, 5_000)
+    got = np.empty(y.shape[0])
+    S._gaussian_additive(y, np.random.default_rng(8), 0.25, g, records, squeeze, True, -20.0, 20.0, got)
+    ref = _one_pass_gaussian(y, np.random.default_rng(8), 0.25, g, records, squeeze, True, -20.0, 20.0)
+    np.testing.assert_array_equal(got.view(np.int64), ref.view(np.int64))
+
+
+def test_gaussian_rare_branch_rejects_and_accepts_as_the_squeeze_says():
+    # The cell of 0 (squeeze 0) accepts offset 0 only; a far cell's bits above
+    # its squeeze go through the exact Bernoulli of the exponential.
+    g, prob, alias, squeeze = gaussian_cell_table(5000.0)
+    rare = S._gaussian_cell_rare
+    shift = int(g[5])
+    unit_f = float(2**shift)
+    assert rare(0.0, 0, 5, 1.0, g[7], unit_f, np.random.default_rng(0)) == 0.0
+    assert rare(0.0, 3, 5, 1.0, g[7], unit_f, np.random.default_rng(0)) == math.inf
+    t = float(len(squeeze) - 1)
+    m_first = 1.0 + g[4] * (t - 1.0)
+    offset = int(g[4]) - 1
+    accept = math.exp(-(offset * (2.0 * m_first + offset)) * g[7])
+    low, high = int(accept * unit_f) - 1, int(accept * unit_f) + 1
+    assert low >= squeeze[int(t)]  # the branch the squeeze sends here
+    assert rare(-t, offset, low, m_first, g[7], unit_f, np.random.default_rng(0)) == -(m_first + offset)
+    assert rare(t, offset, high, m_first, g[7], unit_f, np.random.default_rng(0)) == math.inf
+    assert DIGIT == 2.0**53
+
+
+def _offset_counts(lam, log_l, squeeze, n, seed):
+    """Counts of the offsets of n draws of the bulk kernel from a table of
+    three equal cells (t = -1, 0, 1; no tail): |z| - 1 for t != 0."""
+    from skdp_label.mechanisms.classic._noise import alias_table
+
+    prob, alias = alias_table(np.ones(3) / 3)
+    bulk = S.bulk_constants(1 + 2**log_l, 0.0, 3, 2**log_l, lam, squeeze)
+    out = np.empty(n)
+    S._staircase_additive_bulk(np.zeros(n), np.random.default_rng(seed), 1.0,
+                               S.staircase_constants(lam, 1, 1), bulk, S.alias_records(prob, alias),
+                               S._NO_STEPS, False, 0.0, 0.0, out)
+    z = np.abs(out[out != 0.0]) - 1.0
+    assert np.all(z == np.rint(z)) and z.min() >= 0 and z.max() < 2**log_l
+    return np.bincount(z.astype(np.int64), minlength=2**log_l)
+
+
+@pytest.mark.parametrize("mutant", [False, True])
+def test_cell_offsets_follow_the_exact_tilt(mutant):
+    """A cell of 64 values tilted by e^(-lam i) with lam L = 1/2 (the tables
+    use lam L <= 2**-6; a steep tilt exercises the exact Bernoulli on most
+    draws): chi-square against P(i) proportional to e^(-lam i). Mutation: a
+    squeeze that accepts every offset (uniform offsets) is caught."""
+    from scipy import stats
+
+    lam, log_l = 1.0 / 128.0, 6
+    unit = 2 ** (53 - log_l)
+    squeeze = unit if mutant else math.floor(math.exp(-lam * 63) * unit * (1 - 1e-12))
+    counts = _offset_counts(lam, log_l, squeeze, 120_000, 4)
+    p = np.exp(-lam * np.arange(64))
+    p /= p.sum()
+    pvalue = stats.chisquare(counts, p * counts.sum()).pvalue
+    assert (pvalue < 1e-6) if mutant else (pvalue > 1e-4)
