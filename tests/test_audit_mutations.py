@@ -42,7 +42,6 @@ from skdp_label.mechanisms import (
     RROnBins,
 )
 from skdp_label.mechanisms.classic._exponential import exponential_matrix
-from skdp_label.mechanisms.classic._randomized_response import randomized_response_matrix
 from skdp_label.mechanisms._prior import nearest_domain_index
 
 ALPHA = 1e-7
@@ -94,8 +93,7 @@ class RRMatrixEpsPlus(RandomizedResponse):
 
     def _fit_mechanism(self, y):
         super()._fit_mechanism(y)
-        k = self.input_values_.shape[0]
-        self.transition_matrix_ = randomized_response_matrix(k, float(self.epsilon) + 0.1)
+        self._matrix_epsilon = float(self.epsilon) + 0.1  # transition_matrix_ is built from it
 
 
 class ExponentialMatrixEpsPlus(ExponentialMechanism):
