@@ -504,3 +504,28 @@ def test_compile_decision_reads_only_the_row_count():
 
     assert not compiles_here(0) and not compiles_here(1) and not compiles_here(500_000)
     assert compiles_here(500_001)
+
+
+@pytest.mark.parametrize("name, bad", [("rr-top-k", {"prior": np.ones(3)}),
+                                       ("rr-with-prior", {"prior": np.ones(3)}),
+                                       ("rr-top-k", {"prior": np.ones(6), "k": 9})])
+def test_failed_refit_leaves_the_old_fit_whole_and_charges_nothing(name, bad):
+    # Bug found in review: a refit failing on its prior (or k) had already
+    # replaced input_values_, beside the old top-k set and matrix; with the
+    # old parameters set back, transform charged epsilon, then raised an
+    # IndexError.
+    from skdp_label import BudgetAccountant
+
+    classes, prior = np.array([3, 7, 11, 20]), np.array([0.5, 0.3, 0.15, 0.05])
+    acc = BudgetAccountant(epsilon=10.0)
+    mech = get_mechanism_class(name)(epsilon=0.7, classes=classes, prior=prior, random_state=0,
+                                     accountant=acc).fit(classes)
+    matrix = mech.transition_matrix_
+    mech.set_params(classes=np.arange(6), **bad)
+    with pytest.raises(ValueError):
+        mech.fit(np.arange(6))
+    np.testing.assert_array_equal(mech.input_values_, classes)
+    np.testing.assert_array_equal(mech.transition_matrix_, matrix)
+    mech.set_params(classes=classes, prior=prior, **({"k": None} if "k" in bad else {}))
+    out = mech.transform(np.repeat(classes, 100))
+    assert np.isin(out, classes).all() and acc.spent_epsilon == pytest.approx(0.7)
