@@ -551,3 +551,40 @@ def test_bulk_additive_paths_twin_and_stream(monkeypatch, name, epsilon):
             outs.append(mech.fit_transform(y))
     assert any("bulk" in u or "gaussian_additive" in u for u in used), used
     assert _same(outs[0], outs[1])
+
+
+def test_rp_with_prior_manifest_without_matrix_rebuilds_it_through_json(key):
+    # A private prior on a fine grid: a matrix of ~3 million entries left out
+    # of the manifest; the platform's rebuild from the JSON text (the noisy
+    # prior in the parameters) is the sampled matrix, bit for bit.
+    import json
+    import warnings
+
+    from skdp_label.release import mechanism_from_manifest, privatize
+
+    y = np.random.default_rng(0).uniform(0, 50, 200_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, release = privatize(y, get_mechanism_class("rp-with-prior")(epsilon=4.0, bounds=(0, 50)),
+                               key, "rp")
+    fitted = release.fitted_
+    assert fitted.input_values_.size * fitted.output_values_.size > 1_000_000
+    manifest = json.loads(json.dumps(release.manifest()))
+    assert "transition_matrix" not in manifest
+    rebuilt = mechanism_from_manifest(manifest)
+    np.testing.assert_array_equal(rebuilt.transition_matrix_, fitted.transition_matrix_)
+
+
+@pytest.mark.parametrize("name", ["mvu", "optm", "rqm", "erm", "quantization"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_pieces_path_refuses_non_finite_labels_before_spending(name, bad):
+    from skdp_label import BudgetAccountant
+
+    kwargs, y = _public_inputs(name)
+    acc = BudgetAccountant(epsilon=10.0)
+    mech = get_mechanism_class(name)(epsilon=1.0, accountant=acc, random_state=0, **kwargs)
+    y = y[:200].copy()
+    y[17] = bad
+    with pytest.raises(ValueError):
+        mech.fit_transform(y)
+    assert acc.spent_epsilon == 0.0
