@@ -587,3 +587,34 @@ def test_pieces_path_refuses_non_finite_labels_before_spending(name, bad):
     with pytest.raises(ValueError):
         mech.fit_transform(y)
     assert acc.spent_epsilon == 0.0
+
+
+def test_int_residue_is_the_exact_remainder_at_the_edges():
+    # RP-with-prior's integer residue: e mod m for 0 <= e < 2**53, m >= 1,
+    # including e just below multiples of m and m near 2**53 (the float
+    # quotient one off either way).
+    import numba
+
+    from skdp_label.mechanisms.rp_with_prior._interval import _int_residue
+
+    @numba.njit(cache=False)
+    def residues(e, m):
+        out = np.empty(e.shape[0], dtype=np.int64)
+        for i in range(e.shape[0]):
+            out[i] = _int_residue(e[i], m[i], 1.0 / m[i])
+        return out
+
+    gen = np.random.default_rng(0)
+    top = 2**53
+    ms = np.concatenate([[1, 2, 3, 7, 2**26 + 1, 2**52 - 1, 2**52 + 1, top - 1],
+                         gen.integers(1, top, 2000), gen.integers(1, 1000, 2000)])
+    e, m = [], []
+    for mi in ms.tolist():
+        q = (top - 1) // mi
+        for x in (0, mi - 1, mi, q * mi - 1, q * mi, min(q * mi + 1, top - 1), top - 1,
+                  int(gen.integers(0, top))):
+            if 0 <= x < top:
+                e.append(x)
+                m.append(mi)
+    e, m = np.array(e, dtype=np.int64), np.array(m, dtype=np.int64)
+    np.testing.assert_array_equal(residues(e, m), e % m)
