@@ -23,10 +23,10 @@ from skdp_label._warmup import _public_inputs
 from skdp_label.mechanisms import get_mechanism_class, mechanism_names
 from skdp_label.mechanisms._prior import nearest_by_search
 from skdp_label.mechanisms.classic._randomized_response import randomized_response_matrix
+from test_laplace_cells import _binned_pvalue
 from skdp_label.mechanisms.classic._noise import (
     laplace_cell_table,
     staircase_pmf,
-    staircase_tail,
 )
 
 
@@ -314,17 +314,6 @@ def test_cell_kernel_twin_equals_the_compiled_kernel_with_rejections():
     a = _offsets_from_kernel(lam, 3000, 5, twin=True)
     b = _offsets_from_kernel(lam, 3000, 5, twin=False)
     assert _same(a[0], b[0]) and a[3] == b[3]
-
-
-def _binned_pvalue(noise, lam, width, n_bins=40):
-    edges = np.arange(-n_bins * width, n_bins * width + 1, width) + 0.5
-    inner = np.histogram(noise, bins=edges)[0]
-    counts = np.concatenate([[(noise < edges[0]).sum()], inner, [(noise > edges[-1]).sum()]])
-    above = staircase_tail(np.ceil(edges).astype(np.int64), lam, 1, 1)
-    probs = np.concatenate([[1.0 - above[0]], -np.diff(above), [above[-1]]])
-    expected = probs * noise.shape[0]
-    assert expected.min() > 5
-    return stats.chisquare(counts, expected).pvalue
 
 
 @pytest.mark.parametrize("lam, width", [(np.nextafter(2.0**-10, 0.0), 37), (2.0**-14, 611),
