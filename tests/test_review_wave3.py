@@ -607,3 +607,19 @@ def test_int_residue_is_the_exact_remainder_at_the_edges():
                 m.append(mi)
     e, m = np.array(e, dtype=np.int64), np.array(m, dtype=np.int64)
     np.testing.assert_array_equal(residues(e, m), e % m)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, 60.0])
+def test_keyed_batches_refuse_bad_labels_before_the_pieces_kernel(key, bad):
+    # Pass 2 of a keyed release validates each batch: a NaN reaching the
+    # pieces kernel would give a negative piece, read as an unsigned row
+    # (outside the tables).
+    from skdp_label.release import KeyedRelease
+
+    release = KeyedRelease(get_mechanism_class("mvu")(epsilon=1.0, bounds=(0, 50)), key, "b")
+    release.fit(100)
+    y = np.linspace(0.0, 50.0, 100)
+    assert np.isfinite(release.randomize(y, np.arange(100))).all()
+    y[40] = bad
+    with pytest.raises(ValueError):
+        release.randomize(y, np.arange(100))
