@@ -639,7 +639,11 @@ def mechanism_from_manifest(manifest: dict[str, Any]) -> BaseLabelMechanism:
         if k in ("bounds",) and isinstance(v, list):
             params[k] = tuple(v)
         if k == "prior" and isinstance(v, list):
-            params[k] = (np.asarray(v[0], dtype=float), np.asarray(v[1], dtype=float))
+            # (values, probabilities) of a regression prior; a classification
+            # prior (RR-Top-k, RR-with-prior) is one list of probabilities.
+            pair = len(v) == 2 and all(isinstance(p, list) for p in v)
+            params[k] = (tuple(np.asarray(p, dtype=float) for p in v) if pair
+                         else np.asarray(v, dtype=float))
     mech = cls(**params)
     with reproducible_fits():  # the distribution the labels party sampled from
         mech.fit(_placeholder(mech))

@@ -219,7 +219,9 @@ def encode_classes(y, classes):
         lo, k = contiguous
         if not _count_non_classes(np.ravel(y), lo, lo + k - 1):
             codes = np.array(y, dtype=np.int64)
-            codes -= np.int64(lo)
+            # Modulo 2**64 (uint64 classes from 2**63 on wrap in int64): exact,
+            # as y - lo lies in [0, k).
+            codes -= np.int64(lo - (1 << 64) if lo >= 1 << 63 else lo)
             return codes
     order = np.argsort(classes, kind="stable")
     sorted_classes = classes[order]

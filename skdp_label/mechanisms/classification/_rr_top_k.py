@@ -84,8 +84,9 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
     def _encode_labels(self, y):
         return encode_classes(y, self.input_values_)
 
-    def _check_priors(self, priors, n_rows):
-        n_classes = self.input_values_.shape[0]
+    def _check_priors(self, priors, n_rows, n_classes=None):
+        if n_classes is None:
+            n_classes = self.input_values_.shape[0]
         priors = np.asarray(priors, dtype=np.float64)
         if priors.ndim == 1 and n_rows is None:
             priors = priors.reshape(1, -1)
@@ -102,13 +103,15 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
 
     def _fit_mechanism(self, y):
         classes = self._classes()
-        self.input_values_ = self.output_values_ = classes
         prior = np.ones(classes.shape[0]) if self.prior is None else self.prior
-        prior = self._check_priors(prior, None)
+        # Checked before any fitted attribute changes: a refit that fails
+        # leaves the previous fit whole (classes, top-k set and matrix agree).
+        prior = self._check_priors(prior, None, classes.shape[0])
         k = int(self._choose_k(prior)[0])
         order = top_k_order(prior)[0]
         in_top = np.zeros(classes.shape[0], dtype=bool)
         in_top[order[:k]] = True
+        self.input_values_ = self.output_values_ = classes
         self.k_ = k
         self.top_k_ = classes[np.sort(order[:k])]
         self._in_top = in_top
