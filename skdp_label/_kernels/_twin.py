@@ -19,7 +19,8 @@ rebound to pure-Python equivalents:
   ``math``, as numba's lowering of ``np.log`` / ``np.exp`` on a float64
   scalar does (``llvm.log.f64`` -> libm), while numpy's ufuncs may dispatch
   to their own SIMD loops (AVX-512) that can differ in the last bit; and
-  ``floor`` / ``int64`` are the exact scalar operations on Python numbers.
+  ``floor`` / ``int64`` / ``uint64`` (of non-negative indices) are the exact
+  scalar operations on Python numbers.
 
 The twin reads the same digits of the same ``Generator`` in the same order
 and does the same float64 operations, so it returns the kernel's output bit
@@ -126,6 +127,10 @@ class _Numpy:
     log = staticmethod(_log)
     exp = staticmethod(_exp)
     int64 = int  # truncation toward zero, as numba's float -> int64
+    # The kernels convert only non-negative int64 indices to uint64 (no
+    # wraparound arithmetic): the same value as a Python int, which CPython
+    # indexes and multiplies several times faster than a numpy scalar.
+    uint64 = int
 
     def __getattr__(self, name):
         if name in _NOT_BOUND:
