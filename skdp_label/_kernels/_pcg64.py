@@ -109,7 +109,10 @@ def _new_stream(hi, lo, inc_hi, inc_lo):
     return self
 
 
-@overload_method(_PCG64StreamType, "random", inline="always")
+# Not inline="always": numba would retype the body at every call site of
+# every kernel (+0.2-0.8 s of a cold compile); LLVM inlines the compiled
+# function anyway (the same sampling speed, benchmarks/bench_sampling.py).
+@overload_method(_PCG64StreamType, "random")
 def _random_method(self):
     def impl(self):
         hi, lo, output = _pcg64_next(self.hi, self.lo, self.inc_hi, self.inc_lo)
