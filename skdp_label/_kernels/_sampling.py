@@ -716,6 +716,18 @@ def _residue_by(d, m, inv_m):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _int_residue(e, m, inv_m):
+    """``e mod m`` for int64 ``0 <= e < 2**53``, ``m >= 1``, ``inv_m = 1.0 /
+    m``: :func:`_residue_by` on an int64 digit (RP-with-prior's grid: one
+    conversion each way fewer), its corrections by masks. The float
+    quotient's truncation is floor(e / m) or one off (see _residue_by), so
+    ``e - q m`` lies in [-m, 2m) and one correction brings it into [0, m)."""
+    r = e - np.int64(float(e) * inv_m) * m
+    r += m & (r >> 63)  # r < 0: + m
+    return r - (m & ~((r - m) >> 63))  # r >= m: - m
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _rr_rare(d, qd, limit):
     """Whether the first digit ``d`` lies in [limit, qd] (fewer than m + 1 of
     the 2**53 digit values), where the flip needs fresh digits. One test of a

@@ -54,6 +54,7 @@ from ..._kernels._philox import begin_row
 from ..._kernels._sampling import (
     _DIGIT,
     _digit,
+    _int_residue,
     bernoulli_exact,
     split_probability,
     uniform_index,
@@ -380,18 +381,6 @@ def _sample_grid(y, inv_granularity, granularity, u1, u2, w, sizes, limits, inve
         past = ~opaque((r - (u - u1)) >> 63)  # -1 when r >= u - u1
         unit = u - w + r + (((u1 - u) + (n_window & past)) & rest)
         out[i] = float(unit) * granularity
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _int_residue(e, m, inv_m):
-    """``e mod m`` for int64 ``0 <= e < 2**53``, ``m >= 1``, ``inv_m = 1.0 /
-    m``: :func:`~skdp_label._kernels._sampling._residue_by` on an integer
-    (one conversion each way fewer), its corrections by masks. The float
-    quotient's truncation is floor(e / m) or one off (see _residue_by), so
-    ``e - q m`` lies in [-m, 2m) and one correction brings it into [0, m)."""
-    r = e - np.int64(float(e) * inv_m) * m
-    r += m & (r >> 63)  # r < 0: + m
-    return r - (m & ~((r - m) >> 63))  # r >= m: - m
 
 
 @numba.njit(cache=True, nogil=True)
