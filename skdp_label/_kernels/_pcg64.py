@@ -27,6 +27,8 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
+from numba.core.runtime.nrtdynmod import _meminfo_struct_type
 from numba.experimental import structref
 from numba.extending import intrinsic, overload_method
 
@@ -38,28 +40,48 @@ _MASK64 = (1 << 64) - 1
 
 
 @intrinsic
-def _pcg64_next(typingctx, hi, lo, inc_hi, inc_lo):
-    """(new state's high word, low word, 64-bit output) of one PCG64 step."""
-    u64 = types.uint64
-    sig = types.UniTuple(u64, 3)(u64, u64, u64, u64)
+def _pcg64_step(typingctx, stream):
+    """Advance ``stream`` (a :data:`stream_type`) by one PCG64 step in
+    place; the 64-bit output.
+
+    The loads of the payload pointer and of the increment are marked
+    ``invariant.load`` (neither changes while a stream lives), so that LLVM
+    keeps them in registers across the kernel's stores: numba's own field
+    accesses reload both after every store (any store may alias them), which
+    put a memory round trip between consecutive draws of one label.
+    """
+    sig = types.uint64(stream)
 
     def codegen(context, builder, signature, args):
         i64, i128 = ir.IntType(64), ir.IntType(128)
+        invariant = builder.module.add_metadata([])
+        ref = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=args[0])
+        meminfo = builder.bitcast(ref.meminfo, _meminfo_struct_type.as_pointer())
+        payload = builder.load(cgutils.gep(builder, meminfo, 0, 3))  # MemInfo.data
+        payload.set_metadata("invariant.load", invariant)
+        model = context.data_model_manager[signature.args[0].get_data_type()]
+        payload = builder.bitcast(payload, model.get_value_type().as_pointer())
+        slots = [cgutils.gep_inbounds(builder, payload, 0, model.get_field_position(name))
+                 for name in ("hi", "lo", "inc_hi", "inc_lo")]
+        hi, lo, inc_hi, inc_lo = (builder.load(slot) for slot in slots)
+        inc_hi.set_metadata("invariant.load", invariant)
+        inc_lo.set_metadata("invariant.load", invariant)
 
         def joined(high, low):
             high = builder.shl(builder.zext(high, i128), ir.Constant(i128, 64))
             return builder.or_(high, builder.zext(low, i128))
 
-        state = builder.add(builder.mul(joined(args[0], args[1]), ir.Constant(i128, _MULTIPLIER)),
-                            joined(args[2], args[3]))
+        state = builder.add(builder.mul(joined(hi, lo), ir.Constant(i128, _MULTIPLIER)),
+                            joined(inc_hi, inc_lo))
         high = builder.trunc(builder.lshr(state, ir.Constant(i128, 64)), i64)
         low = builder.trunc(state, i64)
+        builder.store(high, slots[0])
+        builder.store(low, slots[1])
         rotation = builder.trunc(builder.lshr(state, ir.Constant(i128, 122)), i64)
         folded = builder.xor(high, low)
         rotate_right = builder.module.declare_intrinsic(
             "llvm.fshr.i64", fnty=ir.FunctionType(i64, [i64, i64, i64]))
-        output = builder.call(rotate_right, [folded, folded, rotation])
-        return context.make_tuple(builder, signature.return_type, [high, low, output])
+        return builder.call(rotate_right, [folded, folded, rotation])
 
     return sig, codegen
 
@@ -115,10 +137,7 @@ def _new_stream(hi, lo, inc_hi, inc_lo):
 @overload_method(_PCG64StreamType, "random")
 def _random_method(self):
     def impl(self):
-        hi, lo, output = _pcg64_next(self.hi, self.lo, self.inc_hi, self.inc_lo)
-        self.hi = hi
-        self.lo = lo
-        return (output >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+        return (_pcg64_step(self) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
     return impl
 
