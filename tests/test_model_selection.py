@@ -129,6 +129,22 @@ def test_non_invertible_fitted_mechanism_warns_and_keeps_the_base_parameters():
     assert reg.best_params_ is None and reg.estimator_.get_depth() <= 3
 
 
+def test_an_unbiased_mechanism_without_a_square_estimate_still_tunes():
+    X, y = _regression(600)
+    # MVU's outputs are unbiased but its transition is affine in the label: the scores are
+    # the MSE up to a term no model changes, which is enough to choose between models.
+    reg = LabelDPRegressor(
+        DecisionTreeRegressor(random_state=0), mechanism="mvu", epsilon=4.0, bounds=(-3, 8),
+        param_grid={"max_depth": [1, 6]}, random_state=0,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        with pytest.warns(UserWarning, match="model selection stays unbiased"):
+            reg.fit(X, y)
+    assert reg.best_params_ is not None
+    assert np.all(np.isfinite(reg.cv_results_["mean_test_score"]))
+
+
 @pytest.mark.parametrize(
     "make",
     [

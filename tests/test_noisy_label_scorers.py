@@ -1,6 +1,7 @@
 """Scorers that never see true labels: unbiasedness and model selection on data."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -87,9 +88,8 @@ def test_square_estimator_exact_for_a_discrete_unbiased_mechanism():
     [
         (Laplace(1.0, bounds=(0.0, 1.0)), "clips its outputs"),
         (RROnBins(0.5, prior=(np.arange(6.0), np.full(6, 1 / 6))), "biased .* rank 2 for 6"),
-        (MVU(1.0, bounds=(0.0, 1.0)), "squared label"),
     ],
-    ids=["clipped-laplace", "merging-bins", "affine-in-the-label"],
+    ids=["clipped-laplace", "merging-bins"],
 )
 def test_mechanisms_without_an_unbiased_estimate_are_refused(mech, match):
     mech.fit([0.0])
@@ -234,3 +234,69 @@ def test_skewed_prior_rr_with_prior_is_refused():
     mech = RRWithPrior(0.5, classes=[0, 1, 2, 3], prior=[0.7, 0.1, 0.1, 0.1]).fit([0])
     with pytest.raises(ValueError, match="rank 1 for 4"):
         debiased_accuracy_scorer(mech)
+
+
+def _rank_deficient_unbiased():
+    # A prior with labels of no mass: OptimalUnbiased gives them mixtures of their
+    # neighbours' rows, keeping E[y~ | y] = y with a rank-deficient matrix.
+    values = np.arange(8.0)
+    mass = np.array([0.3, 0.0, 0.2, 0.0, 0.0, 0.3, 0.1, 0.1])
+    return OptimalUnbiased(1.0, bounds=(0.0, 7.0), prior=(values, mass))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: MVU(1.0, bounds=(0.0, 1.0)), lambda: RQM(1.0, bounds=(0.0, 5.0)),
+     _rank_deficient_unbiased],
+    ids=["mvu-affine-in-the-label", "rqm", "optimal-unbiased-massless-labels"],
+)
+def test_rank_deficient_unbiased_mechanisms_score_up_to_a_model_free_shift(make):
+    mech = make().fit([0.0])
+    matrix = np.asarray(mech.transition_matrix_, dtype=np.float64)
+    inputs = np.asarray(mech.input_values_, dtype=np.float64)
+    outputs = np.asarray(mech.output_values_, dtype=np.float64)
+    assert np.linalg.matrix_rank(matrix) < inputs.size  # the case under test
+    with pytest.raises(ValueError, match="squared label"):
+        unbiased_mse([outputs[0]], [0.0], mech)  # still no unbiased MSE itself
+    with pytest.warns(UserWarning, match=f"rank {np.linalg.matrix_rank(matrix)} for"):
+        scorer = unbiased_mse_scorer(mech)
+
+    class Constant:
+        def __init__(self, value):
+            self.value = value
+
+        def predict(self, X):
+            return np.full(len(X), self.value)
+
+    X = np.zeros((1, 1))
+
+    def expected_score(f):
+        # The score of each possible noisy label, averaged by the transition: per label value.
+        return matrix @ np.array([scorer(Constant(f), X, [o]) for o in outputs])
+
+    base = expected_score(0.0)
+    shift = -base - inputs**2  # E[score] = -(true squared error) - s(y)
+    assert np.ptp(shift) > 1e-3  # a real shift: the absolute scores are not the MSE
+    for f in (-2.0, 0.9, 3.3):
+        # Differences between models are the true differences, label by label.
+        np.testing.assert_allclose(
+            expected_score(f) - base, inputs**2 - (f - inputs) ** 2, rtol=1e-7, atol=1e-7
+        )
+
+
+def test_the_shifted_scorer_needs_an_exactly_unbiased_label_estimate():
+    # Mutation: outputs moved off E[y~ | y] = y by 1 % and a matrix of rank 1 (no g solves
+    # T g = y): the model-free shift argument fails, so the scorer refuses.
+    mech = _rank_deficient_unbiased().fit([0.0])
+    mech.output_values_ = np.asarray(mech.output_values_) * 1.01
+    mech.transition_matrix_ = np.tile(mech.transition_matrix_[:1], (8, 1))
+    with pytest.raises(ValueError, match="biased"):
+        unbiased_mse_scorer(mech)
+
+
+def test_an_exact_square_estimate_scores_without_a_warning():
+    mech = _DebiasedBinaryRR(0.7).fit([0.0, 1.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scorer = unbiased_mse_scorer(mech)
+    assert scorer.metric is unbiased_mse

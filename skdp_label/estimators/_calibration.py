@@ -67,7 +67,7 @@ def debiasing_function(mechanism):
     those groups (under the mechanism's prior its mean is the label's). The
     noisy labels themselves when neither exists."""
     try:
-        return _moment_estimators(mechanism)[0]
+        return _moment_estimators(mechanism, shifted=True)[0]  # g is exact either way
     except ValueError:
         pass
     try:
@@ -149,7 +149,7 @@ def debiased_mean_bias_bound(mechanism):
     whole label range when the mechanism has no transition.
     """
     try:
-        _moment_estimators(mechanism)
+        _moment_estimators(mechanism, shifted=True)  # an exact g: E[g(y~) | y] = y
         return 0.0
     except ValueError:
         pass

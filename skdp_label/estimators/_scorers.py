@@ -24,6 +24,15 @@ inverted on its outputs:
   randomized response): with G such that T G = I, E[G[y~, f] | y] = 1{f = y},
   so averaging G[y~_i, f_i] estimates the true accuracy (debiased accuracy).
 
+When E[g(y~) | y] = y holds exactly but no h does (the unbiased
+randomizers whose transition has rank below its number of label values:
+MVU, RQM, OptimalUnbiased fitted on a prior with labels of no mass), the
+scorers use the least-squares h instead: E[h(y~) | y] = y^2 + s(y), and the
+estimate is off by the mean of s over the rows, which does not depend on
+the prediction. Differences between models, and hence model selection, stay
+unbiased; the scorer says so in a warning. :func:`unbiased_mse` itself
+still refuses: its value is claimed to be the true MSE.
+
 Discrete mechanisms read a label as one of their label values
 (``input_values_``): exactly when the labels lie on that grid (e.g. integer
 labels with ``resolution=1``). Otherwise, mechanisms that round labels to
@@ -47,6 +56,7 @@ from ..mechanisms._base import BaseLabelMechanism
 from ..mechanisms._validation import encode_classes
 from ..mechanisms.classic._additive import BaseAdditiveMechanism, BaseStaircaseFamily, Gaussian
 from ..mechanisms.classic._noise import staircase_moment
+from ..utils._warnings import warn_caller
 
 __all__ = [
     "unbiased_square_estimator",
@@ -136,13 +146,17 @@ def _value_lookup(name, outputs, estimates):
     return lookup
 
 
-def _moment_estimators(mechanism):
-    """``(g, h)`` with E[g(y~) | y] = y and E[h(y~) | y] = y^2, or ValueError."""
+def _moment_estimators(mechanism, *, shifted=False):
+    """``(g, h)`` with E[g(y~) | y] = y and E[h(y~) | y] = y^2, or ValueError.
+
+    ``shifted=True`` accepts, where no exact h exists, the least-squares h:
+    E[h(y~) | y] = y^2 + s(y) with s independent of any prediction (module
+    notes); g is exact either way."""
     check_is_fitted(mechanism)
     name = type(mechanism).__name__
     if isinstance(mechanism, BaseAdditiveMechanism):
         if mechanism.clip and getattr(mechanism, "transition_matrix_", None) is not None:
-            return _discrete_moment_estimators(mechanism)  # clipped integer noise: a matrix
+            return _discrete_moment_estimators(mechanism, shifted)  # clipped integer noise
         if mechanism.clip:
             raise ValueError(
                 f"{name}(clip=True) clips its outputs, which biases them, and its clipped "
@@ -155,10 +169,10 @@ def _moment_estimators(mechanism):
             lambda y_noisy: np.asarray(y_noisy, dtype=np.float64),
             lambda y_noisy: np.asarray(y_noisy, dtype=np.float64) ** 2 - variance,
         )
-    return _discrete_moment_estimators(mechanism)
+    return _discrete_moment_estimators(mechanism, shifted)
 
 
-def _discrete_moment_estimators(mechanism):
+def _discrete_moment_estimators(mechanism, shifted=False):
     name = type(mechanism).__name__
     matrix, inputs, outputs = _transition(mechanism)
     inputs, outputs = inputs.astype(np.float64), outputs.astype(np.float64)
@@ -172,9 +186,19 @@ def _discrete_moment_estimators(mechanism):
                 name, "the label", matrix, prefix=f"{name} is biased (E[y~ | y] != y) and "
             )
     h = _solve_exactly(matrix, inputs**2)
-    if h is None:
+    if h is None and shifted:
+        h, *_ = np.linalg.lstsq(matrix, inputs**2, rcond=None)
+    if h is None or not np.all(np.isfinite(h)):
         raise _not_invertible(name, "the squared label", matrix)
     return _value_lookup(name, outputs, g), _value_lookup(name, outputs, h)
+
+
+def _has_exact_square_estimator(mechanism):
+    try:
+        _moment_estimators(mechanism)
+    except ValueError:
+        return False
+    return True
 
 
 def _debiasing_matrix(mechanism):
@@ -248,10 +272,22 @@ def unbiased_mse(
         Its expectation over the label noise is the true MSE (it may be
         negative on small samples).
     """
+    return _mse_estimate(y_noisy, y_pred, _moment_estimators(mechanism), sample_weight)
+
+
+def _mse_estimate(y_noisy, y_pred, estimators, sample_weight):
     y_noisy = column_or_1d(y_noisy).astype(np.float64)
     y_pred = column_or_1d(y_pred).astype(np.float64)
-    per_example = _squared_error_estimates(y_noisy, y_pred, _moment_estimators(mechanism))
+    per_example = _squared_error_estimates(y_noisy, y_pred, estimators)
     return float(np.average(per_example, weights=sample_weight))
+
+
+def shifted_mse(y_noisy, y_pred, mechanism, sample_weight=None):
+    """Estimate of the true-label MSE up to a term that does not depend on
+    ``y_pred`` (exact where :func:`unbiased_mse` exists; module notes)."""
+    return _mse_estimate(
+        y_noisy, y_pred, _moment_estimators(mechanism, shifted=True), sample_weight
+    )
 
 
 def debiased_accuracy(
@@ -324,8 +360,11 @@ def unbiased_mse_scorer(mechanism: BaseLabelMechanism) -> Callable:
     Parameters
     ----------
     mechanism : fitted label mechanism
-        The one that produced the noisy labels; one for which an unbiased
-        estimate exists (see the module notes), else ``ValueError``.
+        The one that produced the noisy labels; one whose outputs have an
+        unbiased estimate of the label (see the module notes), else
+        ``ValueError``. Where the squared label has none (an unbiased
+        randomizer whose transition is rank-deficient), the scores are off
+        by a term that does not depend on the model, with a warning.
 
     Returns
     -------
@@ -347,8 +386,19 @@ def unbiased_mse_scorer(mechanism: BaseLabelMechanism) -> Callable:
     >>> search.best_params_
     {'alpha': 0.1}
     """
-    _moment_estimators(mechanism)  # fail now if no unbiased estimate exists
-    return _NoisyLabelScorer(unbiased_mse, mechanism, -1.0)
+    _moment_estimators(mechanism, shifted=True)  # fail now if no estimate exists
+    if _has_exact_square_estimator(mechanism):
+        return _NoisyLabelScorer(unbiased_mse, mechanism, -1.0)
+    matrix = _transition(mechanism)[0]
+    warn_caller(
+        f"unbiased_mse_scorer: {type(mechanism).__name__}'s transition matrix has rank "
+        f"{np.linalg.matrix_rank(matrix)} for {matrix.shape[0]} label values, so no unbiased "
+        "estimate of the squared label exists; the scores are the true-label MSE up to a term "
+        "that does not depend on the model: model selection stays unbiased, the scores' "
+        "values are not the MSE.",
+        UserWarning,
+    )
+    return _NoisyLabelScorer(shifted_mse, mechanism, -1.0)
 
 
 def debiased_accuracy_scorer(mechanism: BaseLabelMechanism) -> Callable:
