@@ -39,6 +39,26 @@ def test_the_stream_draws_numpys_doubles_and_ends_in_its_state(seed):
     assert mine.random(3).tolist() == reference.random(3).tolist()
 
 
+@numba.njit(nogil=True)
+def _new_then_draw(words, out):
+    # The stream's fields are written and then drawn from in one compiled function, where
+    # LLVM may inline the constructor next to random()'s invariant loads of the increment.
+    stream = _pcg64._new_stream(words[0], words[1], words[2], words[3])
+    for i in range(out.shape[0]):
+        out[i] = stream.random()
+
+
+def test_a_stream_made_and_drawn_in_one_compiled_function_draws_numpys_doubles():
+    reference = np.random.default_rng(11)
+    state = reference.bit_generator.state["state"]
+    mask = (1 << 64) - 1
+    words = np.array([state["state"] >> 64, state["state"] & mask, state["inc"] >> 64,
+                      state["inc"] & mask], dtype=np.uint64)
+    out = np.empty(257)
+    _new_then_draw(words, out)
+    assert np.array_equal(out, reference.random(257))
+
+
 def test_the_stream_continues_after_numpys_own_draws_and_keeps_its_buffer():
     # A buffered 32-bit half (has_uint32) must survive the round trip.
     mine, reference = np.random.default_rng(7), np.random.default_rng(7)

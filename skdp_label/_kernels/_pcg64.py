@@ -28,9 +28,13 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.core.runtime.nrtdynmod import _meminfo_struct_type
 from numba.experimental import structref
 from numba.extending import intrinsic, overload_method
+
+try:  # numba's MemInfo layout, to mark the payload pointer's load invariant
+    from numba.core.runtime.nrtdynmod import _meminfo_struct_type
+except ImportError:  # pragma: no cover - a numba without it: its own (slower) accessor
+    _meminfo_struct_type = None
 
 __all__ = ["PCG64Stream", "call_with_stream", "inlinable", "stream_type"]
 
@@ -48,7 +52,9 @@ def _pcg64_step(typingctx, stream):
     ``invariant.load`` (neither changes while a stream lives), so that LLVM
     keeps them in registers across the kernel's stores: numba's own field
     accesses reload both after every store (any store may alias them), which
-    put a memory round trip between consecutive draws of one label.
+    put a memory round trip between consecutive draws of one label. Only
+    ``hi`` and ``lo`` are ever written after :func:`_new_stream` (tested
+    with a stream made and drawn from in one compiled function).
     """
     sig = types.uint64(stream)
 
@@ -56,9 +62,12 @@ def _pcg64_step(typingctx, stream):
         i64, i128 = ir.IntType(64), ir.IntType(128)
         invariant = builder.module.add_metadata([])
         ref = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=args[0])
-        meminfo = builder.bitcast(ref.meminfo, _meminfo_struct_type.as_pointer())
-        payload = builder.load(cgutils.gep(builder, meminfo, 0, 3))  # MemInfo.data
-        payload.set_metadata("invariant.load", invariant)
+        if _meminfo_struct_type is None:
+            payload = context.nrt.meminfo_data(builder, ref.meminfo)
+        else:
+            meminfo = builder.bitcast(ref.meminfo, _meminfo_struct_type.as_pointer())
+            payload = builder.load(cgutils.gep(builder, meminfo, 0, 3))  # MemInfo.data
+            payload.set_metadata("invariant.load", invariant)
         model = context.data_model_manager[signature.args[0].get_data_type()]
         payload = builder.bitcast(payload, model.get_value_type().as_pointer())
         slots = [cgutils.gep_inbounds(builder, payload, 0, model.get_field_position(name))
