@@ -32,8 +32,17 @@ mean ± standard error over the seeds):
   of the same noisy labels (2 permutations, averaged): what label noise alone
   gives a model on these features. lambda = 0 is the limit lambda -> 0+: pi's
   top class, ties (a uniform pi) broken by the model.
+* ``all-rows``: the histogram of 'auto' on all rows at a share w of epsilon
+  (sequential composition; the labels of all rows get (1 - w) epsilon), w the
+  shipped rule's row share (the same Laplace precision, no subset sampling
+  error); k and the guard as shipped (k = 1: the labels are RR-Top-1, the
+  constant is the histogram's top class, no second histogram).
 * ``constant-ceiling``: the guard's constant (the histogram's top class) in every
   fit: what 'auto' would score if the guard always chose the constant.
+* ``pooled-ceiling``: the same with the shipped constant (``constant_prior_``:
+  the histogram pooled with the randomized rows' debiased frequencies; fits
+  without it, k = 1 or plain RR, keep the shipped prediction). Its difference
+  to ``constant-ceiling`` is what the pooling buys the constant.
 * ``noise-limit``: for each split, ``--noise-seeds`` fits of 'auto' with other
   noise; accuracy of one fit (mean) against that of the average of their
   unprojected corrected probabilities (the model without the label noise's
@@ -290,6 +299,8 @@ def run(variant, name, epsilons, seeds, enabled, noise_seeds=1):
                 acc = float(np.mean(_null_shrinkage_predict(clf, X_te, eps) == y_te))
             elif variant == "constant-ceiling" and clf.cluster_histograms_ is not None:
                 acc = float(np.mean(clf.classes_[np.argmax(clf.cluster_histograms_[0])] == y_te))
+            elif variant == "pooled-ceiling" and clf.constant_prior_ is not None:
+                acc = float(np.mean(clf.classes_[np.argmax(clf.constant_prior_)] == y_te))
             elif variant == "noise-limit":
                 limit = _noise_limit(name, eps, seed, X_tr, X_te, y_tr, y_te, classes, noise_seeds)
                 if limit is not None:
@@ -347,7 +358,7 @@ def main():
     parser.add_argument("variant", choices=["guard-se", "eb-shrinkage", "guard-power",
                                             "prior-matching", "null-shrinkage",
                                             "constant-ceiling", "noise-limit", "rr-paired",
-                                            "all-rows"])
+                                            "all-rows", "pooled-ceiling"])
     parser.add_argument("--datasets", nargs="+", default=["fair-rating", "anes96", "digits"])
     parser.add_argument("--epsilons", nargs="+", type=float, default=[0.3, 0.5, 1.0, 2.0])
     parser.add_argument("--seeds", type=int, default=10)
