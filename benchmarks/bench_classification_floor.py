@@ -32,8 +32,17 @@ mean ± standard error over the seeds):
   of the same noisy labels (2 permutations, averaged): what label noise alone
   gives a model on these features. lambda = 0 is the limit lambda -> 0+: pi's
   top class, ties (a uniform pi) broken by the model.
+* ``all-rows``: the histogram of 'auto' on all rows at a share w of epsilon
+  (sequential composition; the labels of all rows get (1 - w) epsilon), w the
+  shipped rule's row share (the same Laplace precision, no subset sampling
+  error); k and the guard as shipped (k = 1: the labels are RR-Top-1, the
+  constant is the histogram's top class, no second histogram).
 * ``constant-ceiling``: the guard's constant (the histogram's top class) in every
   fit: what 'auto' would score if the guard always chose the constant.
+* ``pooled-ceiling``: the same with the shipped constant (``constant_prior_``:
+  the histogram pooled with the randomized rows' debiased frequencies; fits
+  without it, k = 1 or plain RR, keep the shipped prediction). Its difference
+  to ``constant-ceiling`` is what the pooling buys the constant.
 * ``noise-limit``: for each split, ``--noise-seeds`` fits of 'auto' with other
   noise; accuracy of one fit (mean) against that of the average of their
   unprojected corrected probabilities (the model without the label noise's
@@ -72,6 +81,7 @@ from skdp_label.estimators import _classifier
 from skdp_label.estimators._noise_aware import (
     backward_correct,
     debiasing_scale,
+    histogram_share,
     sampled_histogram_sd,
     shrink_histogram,
 )
@@ -147,6 +157,21 @@ def _patch_guard_power(enabled):
 
     _classifier.robust_top_k = top_k
     _classifier.LabelDPClassifier._plan = plan
+
+
+def _patch_all_rows(enabled):
+    """'auto' with its histogram on all rows at a share w of epsilon (sequential
+    composition; the labels get (1 - w) epsilon), w the shipped row share."""
+    original = _classifier.classification_plan
+
+    def plan(epsilon, n_samples, n_classes):
+        out = original(epsilon, n_samples, n_classes)
+        if enabled[0] and out.get("histogram_rows"):
+            share = histogram_share(epsilon, n_samples, n_classes)
+            out = dict(out, prior_epsilon=share * float(epsilon), histogram_rows=0)
+        return out
+
+    _classifier.classification_plan = plan
 
 
 def _eb_predict(clf, X_te, eps):
@@ -261,7 +286,7 @@ def run(variant, name, epsilons, seeds, enabled, noise_seeds=1):
             acc = float(np.mean(clf.predict(X_te) == y_te))
             shipped.append(acc)
             blended = clf.cluster_histograms_ is not None and clf._constant_prior() is None
-            if variant == "guard-power":
+            if variant in ("guard-power", "all-rows"):
                 enabled[0] = True
                 acc = float(np.mean(fit().predict(X_te) == y_te))
             elif variant == "eb-shrinkage" and blended:
@@ -274,6 +299,8 @@ def run(variant, name, epsilons, seeds, enabled, noise_seeds=1):
                 acc = float(np.mean(_null_shrinkage_predict(clf, X_te, eps) == y_te))
             elif variant == "constant-ceiling" and clf.cluster_histograms_ is not None:
                 acc = float(np.mean(clf.classes_[np.argmax(clf.cluster_histograms_[0])] == y_te))
+            elif variant == "pooled-ceiling" and clf.constant_prior_ is not None:
+                acc = float(np.mean(clf.classes_[np.argmax(clf.constant_prior_)] == y_te))
             elif variant == "noise-limit":
                 limit = _noise_limit(name, eps, seed, X_tr, X_te, y_tr, y_te, classes, noise_seeds)
                 if limit is not None:
@@ -330,7 +357,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("variant", choices=["guard-se", "eb-shrinkage", "guard-power",
                                             "prior-matching", "null-shrinkage",
-                                            "constant-ceiling", "noise-limit", "rr-paired"])
+                                            "constant-ceiling", "noise-limit", "rr-paired",
+                                            "all-rows", "pooled-ceiling"])
     parser.add_argument("--datasets", nargs="+", default=["fair-rating", "anes96", "digits"])
     parser.add_argument("--epsilons", nargs="+", type=float, default=[0.3, 0.5, 1.0, 2.0])
     parser.add_argument("--seeds", type=int, default=10)
@@ -343,7 +371,8 @@ def main():
     enabled = [False]  # guard-power: the patched rule is on for the variant's fits only
     patch = {"guard-se": _patch_guard_se, "eb-shrinkage": _patch_halves,
              "guard-power": lambda: _patch_guard_power(enabled),
-             "null-shrinkage": _patch_null_spread}.get(args.variant)
+             "null-shrinkage": _patch_null_spread,
+             "all-rows": lambda: _patch_all_rows(enabled)}.get(args.variant)
     if patch is not None:  # once per process
         patch()
     for name in args.datasets:

@@ -1,6 +1,7 @@
 """The rule of LabelDPClassifier(mechanism='auto') and its majority guard
 (docs/classification.md, sections 4 and 5)."""
 
+import math
 import pickle
 import warnings
 
@@ -14,9 +15,11 @@ from _audit import assert_no_random_state
 from skdp_label import BudgetAccountant, LabelDPClassifier
 from skdp_label.estimators import _classifier
 from skdp_label.estimators._majority_guard import (
+    constant_in,
     cross_fitted_accuracies,
     debiased_hits,
     guard_folds,
+    pooled_class_prior,
     prefers_constant,
 )
 from skdp_label.estimators._noise_aware import (
@@ -140,8 +143,10 @@ def test_failed_guard_keeps_the_release():
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(8, 2)), np.array([0, 1] * 4)
     acc = BudgetAccountant(epsilon=5.0)
+    # A fixed seed: with about 1.5 % of noise draws all six randomized labels are one
+    # class, every fold model is then a constant and nothing fails (no warning).
     clf = LabelDPClassifier(KNeighborsClassifier(n_neighbors=6), "auto", 1.0, classes=[0, 1],
-                            accountant=acc)
+                            accountant=acc, random_state=0)
     with pytest.warns(UserWarning, match=r"majority guard failed \(ValueError\)"):
         clf.fit(X, y)
     assert clf.majority_guard_["choice"] == "model"
@@ -448,3 +453,119 @@ def test_named_class_prior_stays_a_budget_split():
     assert acc.ledger[0].group is None and acc.ledger[0].epsilon == pytest.approx(0.3)
     assert acc.spent_epsilon == pytest.approx(1.0) == clf.epsilon_spent_
     assert clf.privacy_report().epsilon == pytest.approx(1.0)
+
+
+# -- the constant: the histogram pooled with the noisy labels ------------------------------
+def _rr_top_k_labels(y, top, epsilon, rng):
+    """RR-Top-k on the set ``top``: a label in it kept with probability
+    e^eps / (e^eps + k - 1), else a uniform other member; one outside it uniform on it."""
+    members = np.flatnonzero(top)
+    k = members.shape[0]
+    keep = rng.random(y.shape[0]) < math.exp(epsilon) / (math.exp(epsilon) + k - 1)
+    inside = top[y]
+    position = np.searchsorted(members, y)
+    other = (position + rng.integers(1, k, size=y.shape[0])) % k  # a uniform other member
+    out = np.where(keep, position, other)
+    return members[np.where(inside, out, rng.integers(0, k, size=y.shape[0]))]
+
+
+def test_pooled_class_prior_is_the_inverse_variance_mean():
+    """Exact on a small case: on S the histogram and the labels' debiased
+    frequencies (less the histogram's mass outside S over k) by inverse
+    variance, outside S the histogram; then projected onto the simplex."""
+    from skdp_label.estimators._noise_aware import debiased_targets, project_simplex
+
+    histogram = np.array([0.45, 0.35, 0.15, 0.05])
+    top = np.array([True, True, False, False])
+    noisy = np.array([0, 0, 1, 0, 1, 0, 0, 1])
+    masks = np.tile(top, (8, 1))
+    labels = debiased_targets(noisy, masks, 0.7, 4).mean(axis=0) - 0.2 / 2
+    var_l, var_h = labels_frequency_se(0.7, 8, 2) ** 2, 0.03 ** 2
+    expected = histogram.copy()
+    expected[:2] = (histogram[:2] * var_l + labels[:2] * var_h) / (var_l + var_h)
+    got = pooled_class_prior(histogram, 0.03, noisy, masks, 0.7)
+    np.testing.assert_allclose(got, project_simplex(expected)[0])
+    assert got.sum() == pytest.approx(1.0)
+    # k = 1, rows on different sets or no rows: the histogram, unchanged.
+    for in_top in (np.tile([True, False, False, False], (8, 1)),
+                   np.vstack([masks[:4], np.ones((4, 4), dtype=bool)]), masks[:0]):
+        rows = in_top.shape[0]
+        np.testing.assert_array_equal(
+            pooled_class_prior(histogram, 0.03, noisy[:rows], in_top, 0.7), histogram)
+    # The constant is the prior's top class within S, even where a class outside S is higher.
+    assert constant_in(np.array([0.1, 0.2, 0.6, 0.1]), top) == 1
+
+
+@pytest.mark.parametrize("top", [[True] * 4, [True, True, True, False]])
+def test_pooled_class_prior_is_unbiased_and_beats_both_sources(top):
+    """Statistical (400 draws; thresholds are several standard errors wide): with
+    a histogram of the stated noise and RR-Top-k labels on S, the pooled
+    frequencies on S are unbiased (the mass outside S removed) and vary less
+    than either source alone."""
+    from skdp_label.estimators._noise_aware import debiased_targets
+
+    rng = np.random.default_rng(4)
+    top = np.array(top)
+    pi = np.array([0.4, 0.3, 0.2, 0.1])
+    n, eps, sd = 1500, 0.8, 0.04
+    y = rng.choice(4, size=n, p=pi)
+    freq = np.bincount(y, minlength=4) / n  # the rows' own frequencies: what both estimate
+    masks = np.tile(top, (n, 1))
+    pooled, labels_only, histogram_only = [], [], []
+    for _ in range(400):
+        histogram = freq + rng.normal(scale=sd, size=4)
+        noisy = _rr_top_k_labels(y, top, eps, rng)
+        pooled.append(pooled_class_prior(histogram, sd, noisy, masks, eps))
+        labels_only.append(debiased_targets(noisy, masks, eps, 4).mean(axis=0)
+                           - histogram[~top].sum() / top.sum())
+        histogram_only.append(histogram)
+    pooled, labels_only, histogram_only = map(np.array, (pooled, labels_only, histogram_only))
+    centred = pooled - pooled.mean(axis=1, keepdims=True)  # the projection's common shift
+    target = freq - freq.mean()
+    np.testing.assert_allclose(centred.mean(axis=0)[top], target[top], atol=0.01)
+    assert np.all(pooled[:, top].std(axis=0) < 0.9 * labels_only[:, top].std(axis=0))
+    assert np.all(pooled[:, top].std(axis=0) < 0.9 * histogram_only[:, top].std(axis=0))
+
+
+def test_guard_constant_comes_from_charged_releases_only(monkeypatch):
+    """The constant of 'auto' is the pooled prior of the histogram and the
+    randomized rows' noisy labels: the true labels enter only through those
+    releases (a spy sees what the pooling reads), nothing more is charged,
+    and the fitted object keeps only the pooled noisy frequencies."""
+    X, y = _noise_features(1500)
+    seen = []
+    original = _classifier.pooled_class_prior
+
+    def spy(histogram, sd, noisy, in_top, eps):
+        seen.append((np.array(histogram), float(sd), np.array(noisy), float(eps)))
+        return original(histogram, sd, noisy, in_top, eps)
+
+    monkeypatch.setattr(_classifier, "pooled_class_prior", spy)
+    acc = BudgetAccountant(epsilon=10.0)
+    clf = LabelDPClassifier(DecisionTreeClassifier(random_state=0), "auto", 0.5, classes=range(3),
+                            accountant=acc, random_state=3).fit(X, y)
+    assert clf.plan_["histogram_rows"] > 0 and clf.plan_["k"] >= 2
+    assert acc.spent_epsilon == pytest.approx(0.5) and len(acc.ledger) == 2
+    # 3 fold constants and the final one, all from the same histogram and public sd.
+    assert len(seen) == 4
+    m = clf.histogram_sizes_[0]
+    for histogram, sd, noisy, eps in seen:
+        np.testing.assert_array_equal(histogram, clf.cluster_histograms_[0])
+        assert sd == pytest.approx(sampled_histogram_sd(0.5, m, 3)) and eps == 0.5
+        assert noisy.shape[0] <= 1500 - m  # randomized rows only, never the histogram's
+    final = seen[-1][2]
+    assert final.shape[0] == 1500 - m
+    # Holding the releases fixed, other true labels give the same constant: the
+    # pooled prior is a function of the noisy labels and the histogram alone.
+    masks = np.tile(_classifier._global_mask(clf.mechanism_), (final.shape[0], 1))
+    np.testing.assert_array_equal(original(*seen[-1][:3], masks, 0.5), clf.constant_prior_)
+    assert clf.majority_guard_["choice"] == "constant"
+    np.testing.assert_allclose(clf.predict_proba(X[:2]), np.tile(clf.constant_prior_, (2, 1)))
+    assert np.all(clf.predict(X[:5]) == np.argmax(clf.constant_prior_))
+    # Kept: the pooled noisy frequencies, not the exact ones.
+    exact = np.bincount(y, minlength=3) / y.shape[0]
+    assert not np.allclose(clf.constant_prior_, exact, atol=1e-6)
+    blob = pickle.dumps(clf)
+    for values in (exact, np.bincount(y, minlength=3).astype(np.float64),
+                   np.bincount(y, minlength=3)):
+        assert values.tobytes() not in blob

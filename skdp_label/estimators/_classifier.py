@@ -28,7 +28,14 @@ from ..mechanisms.classification._solver import temper, top_k_order
 from ..utils._random import derive_random_state
 from ._base import BaseLabelDPEstimator, unfitted_on_failure
 from ._cluster_prior import cluster_prior_epsilon, cluster_priors, feature_clusters, nearest_cluster
-from ._majority_guard import GUARD_FOLDS, cross_fitted_accuracies, guard_folds, prefers_constant
+from ._majority_guard import (
+    GUARD_FOLDS,
+    constant_in,
+    cross_fitted_accuracies,
+    guard_folds,
+    pooled_class_prior,
+    prefers_constant,
+)
 from ._multistage import in_top_k, partition_stages, stage_fractions
 from ._noise_aware import (
     backward_correct,
@@ -258,6 +265,12 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         ``model_accuracy``, ``constant_accuracy``, ``difference_se`` (standard
         error of their difference), ``n_folds`` and ``choice`` (``'model'`` or
         ``'constant'``); None when the guard is off.
+    constant_prior_ : ndarray of shape (n_classes,) or None
+        With the guard and a class histogram: the constant's class prior,
+        the histogram pooled with the noisy labels' debiased frequencies by
+        inverse variance (post-processing of the two charged releases;
+        :func:`~skdp_label.estimators._majority_guard.pooled_class_prior`).
+        What ``predict_proba`` returns when the guard chose the constant.
     prior_estimator_ : estimator or None
         The previous stage's model (multi-stage training with
         ``proba_correction``): its priors give the last stage's top-k sets.
@@ -743,7 +756,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         # The previous stage's model gives the last stage's priors, hence the
         # noise sets that the correction needs at prediction time.
         self.prior_estimator_ = previous if self.proba_correction is not None else None
-        self.majority_guard_ = None
+        self.majority_guard_ = self.constant_prior_ = None
         if self._guards() and not constant_only:
             try:
                 self.majority_guard_ = self._guard(
@@ -757,6 +770,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
                 self.majority_guard_ = {"model_accuracy": None, "constant_accuracy": None,
                                         "difference_se": None, "n_folds": GUARD_FOLDS,
                                         "choice": "model"}
+            if self.cluster_histograms_ is not None:  # the constant of all charged releases
+                self.constant_prior_ = pooled_class_prior(
+                    self.cluster_histograms_[0], self._histogram_sd(), noisy_codes[parts[0]],
+                    masks[parts[0]], eps_labels)
             progress(
                 f"majority guard: the {self.majority_guard_['choice']} predicts (cross-fitted "
                 "accuracy estimates from the noisy labels)"
@@ -842,8 +859,10 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
             return self._model_codes(model, _safe_indexing(X, test), masks[test], epsilon)
 
         def constant_class(train):
-            if histogram is not None:
-                return int(np.argmax(histogram))
+            if histogram is not None:  # pooled with the training folds' noisy labels (free)
+                return constant_in(pooled_class_prior(
+                    histogram, self._histogram_sd(), noisy_codes[train], masks[train], epsilon),
+                    masks[train][0])
             return int(np.argmax(debiased_frequencies(
                 noisy_codes[train], masks[train], epsilon, n_classes)))
 
@@ -857,6 +876,14 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
                 "difference_se": se, "n_folds": GUARD_FOLDS,
                 "choice": "constant" if prefers_constant(model_acc, constant_acc, se) else "model"}
 
+    def _histogram_sd(self):
+        """Standard deviation of one frequency of the class histogram (public): on rows
+        of its own ('auto') with their sampling error, else on all rows."""
+        eps, rows = self.prior_epsilon_, self.histogram_sizes_[0]
+        if self.plan_.get("histogram_rows"):
+            return sampled_histogram_sd(eps, rows, self.classes_.shape[0])
+        return histogram_noise_sd(eps, rows)
+
     def _constant_prior(self):
         """The class prior when the guard chose the constant predictor, or when
         'auto' chose k = 1 (no label randomized), else None."""
@@ -865,7 +892,7 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
         if self.majority_guard_ is None or self.majority_guard_["choice"] != "constant":
             return None
         if self.cluster_histograms_ is not None:
-            return self.cluster_histograms_[0]
+            return self.constant_prior_
         return self.class_prior_
 
     def _class_priors(self, X):

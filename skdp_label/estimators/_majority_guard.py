@@ -24,10 +24,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..utils._random import public_folds
-from ._noise_aware import debiasing_scale
+from ._noise_aware import debiased_targets, debiasing_scale, labels_frequency_se, project_simplex
 
 __all__ = [
     "GUARD_FOLDS", "guard_folds", "debiased_hits", "cross_fitted_accuracies", "prefers_constant",
+    "pooled_class_prior", "constant_in",
 ]
 
 # Folds of the cross-fitting: public and fixed (each costs one fit of the base estimator).
@@ -128,3 +129,59 @@ def cross_fitted_accuracies(fit_predict, constant_class, noisy_codes, in_top, ep
     se = (float(np.sqrt(float((w * (difference - mean_difference)) @ (w * (difference - mean_difference)))))
           / total) if n_samples > 1 else float("inf")
     return model_accuracy, model_accuracy - mean_difference, se
+
+
+def pooled_class_prior(histogram, histogram_sd, noisy_codes, in_top, epsilon):
+    """The charged class histogram pooled with the noisy labels' class frequencies.
+
+    Both are releases already charged (the histogram at its epsilon, the
+    labels at theirs), so this is post-processing: no budget, and no true
+    label is read. On the set S the labels were randomized on (one set for
+    all rows), the debiased frequency of class c estimates pi_c + pi(not S) / k
+    (a label outside S lands uniformly on S), so the histogram's mass outside
+    S, divided by k, is subtracted; the two estimates are then averaged by
+    inverse variance: the histogram's ``histogram_sd`` (public, from its
+    epsilon and rows) and the labels' :func:`labels_frequency_se` (public,
+    from epsilon, their rows and k). Outside S the histogram alone. Projected
+    onto the simplex (order kept). Rows with different sets, k < 2 or no
+    rows: the histogram unchanged.
+
+    Parameters
+    ----------
+    histogram : ndarray of shape (n_classes,)
+        The noisy class frequencies (charged).
+    histogram_sd : float
+        Standard deviation of one of its frequencies (public).
+    noisy_codes : ndarray of int, shape (n_samples,)
+    in_top : ndarray of bool, shape (n_samples, n_classes)
+    epsilon : float
+        The epsilon the labels were randomized with.
+
+    Returns
+    -------
+    prior : ndarray of shape (n_classes,)
+    """
+    histogram = np.asarray(histogram, dtype=np.float64)
+    in_top = np.asarray(in_top, dtype=bool)
+    if in_top.shape[0] == 0 or not np.all(in_top == in_top[0]):
+        return histogram.copy()
+    top = in_top[0]
+    k = int(top.sum())
+    if k < 2:
+        return histogram.copy()
+    labels = debiased_targets(noisy_codes, in_top, epsilon, histogram.shape[0]).mean(axis=0)
+    labels = labels - max(float(histogram[~top].sum()), 0.0) / k
+    var_labels = labels_frequency_se(epsilon, in_top.shape[0], k) ** 2
+    var_histogram = float(histogram_sd) ** 2
+    pooled = histogram.copy()
+    pooled[top] = ((histogram[top] * var_labels + labels[top] * var_histogram)
+                   / (var_labels + var_histogram))
+    return project_simplex(pooled)[0]
+
+
+def constant_in(prior, in_top):
+    """The constant's class: the prior's top class within the set S (the guard's
+    estimates are unbiased for predictions in S only)."""
+    prior = np.asarray(prior, dtype=np.float64)
+    top = np.asarray(in_top, dtype=bool)
+    return int(np.argmax(np.where(top, prior, -np.inf)))
