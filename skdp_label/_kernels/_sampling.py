@@ -28,6 +28,7 @@ import numpy as np
 
 from ._philox import begin_row
 from ._intrinsics import float_bits, opaque, prefetch
+from ._pcg64 import held_digit, held_int_digit, hold, release
 from ._twin import MAX_DRAWS, kernel_for
 
 _DIGIT = 2.0**53  # one digit = the 53 random bits of rng.random()
@@ -513,17 +514,22 @@ def _staircase_additive_bulk(y, rng, granularity, c, bulk, records, steps, clip,
     bits_mask = (np.int64(1) << shift) - 1
     half = (records.shape[0] // 3 - 1) // 2  # entries -half, ..., half
     inv_granularity = 1.0 / granularity
+    # The generator's state held in registers (see _pcg64.hold): released
+    # around the rare calls that draw from rng themselves, and at the end.
+    state = hold(rng)
     for i in range(y.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
-        d = _digit(rng)
+        d, state = held_digit(rng, state)
         z = np.nan  # the bulk, unless the tail
         if d <= qd:  # one compare on the hot path; the tie d = qd reads on
+            release(rng, state)
             z = _staircase_tail(d, qd, frac, c, m0, rng)
+            state = hold(rng)
         if z != z and steps.shape[0] > 0:
             j = np.int64(_alias_pick((d - qd) * scale, records))
-            e = _digit(rng)
+            e, state = held_digit(rng, state)
             while e >= steps[j, 2]:  # probability below m / 2**53
-                e = _digit(rng)
+                e, state = held_digit(rng, state)
             z = steps[j, 0] + _float_residue(e, steps[j, 1], steps[j, 3])
         elif z != z:
             z = _alias_pick((d - qd) * scale, records) - half
@@ -531,15 +537,18 @@ def _staircase_additive_bulk(y, rng, granularity, c, bulk, records, steps, clip,
                 # The offset's digit is read for the cell of 0 too (and
                 # dropped): a read that depends on the cell picked made LLVM
                 # select the generator's state on the table's load.
-                e = np.int64(_digit(rng))
+                e, state = held_int_digit(rng, state)
                 offset = e >> shift
                 if (e & bits_mask) >= squeeze:  # rare (about lam L): the exact test
+                    release(rng, state)
                     offset = _laplace_cell_offset(e, shift, lam, rng)
+                    state = hold(rng)
                 # copysign: a branch on the sign would be mispredicted half
                 # the time; the mask (z != 0) keeps 0 (as +0.0: the copysign
                 # on +0.0 is positive).
                 z = (z != 0.0) * np.copysign(1.0 + cell * (abs(z) - 1.0) + float(offset), z)
         out[i] = _shift_on_grid(y[i], z, granularity, inv_granularity, clip, lo, hi)
+    release(rng, state)
     return out
 
 
@@ -625,12 +634,15 @@ def _gaussian_additive(y, rng, granularity, g, records, squeeze, clip, lo, hi, o
     unit = np.int64(1) << shift
     unit_f = float(unit)
     inv_granularity = 1.0 / granularity
+    state = hold(rng)  # in registers (see _staircase_additive_bulk)
     for i in range(y.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
         while True:  # proposals until one is accepted
-            d = _digit(rng)
+            d, state = held_digit(rng, state)
             if d <= qd:  # the tail |Z| >= m0 (rare), or a tie
+                release(rng, state)
                 z = _gaussian_tail(d, g, rng)
+                state = hold(rng)
                 if z == np.inf:  # rejected
                     continue
                 if z == z:  # accepted (nan: the bulk)
@@ -641,7 +653,7 @@ def _gaussian_additive(y, rng, granularity, g, records, squeeze, clip, lo, hi, o
                 break
             # One digit: its top log2(L) bits are the offset, the others start
             # the uniform of the acceptance Bernoulli (read on in a tie).
-            e = np.int64(_digit(rng))
+            e, state = held_int_digit(rng, state)
             offset = e >> shift
             bits = e & (unit - 1)
             m_first = 1.0 + cell * (abs(t) - 1.0)
@@ -650,10 +662,13 @@ def _gaussian_additive(y, rng, granularity, g, records, squeeze, clip, lo, hi, o
             if bits < squeeze[np.int64(abs(t))]:
                 z = np.copysign(m_first + offset, t)
                 break
+            release(rng, state)
             z = _gaussian_cell_rare(t, offset, bits, m_first, inv_two_var, unit_f, rng)
+            state = hold(rng)
             if z != np.inf:
                 break
         out[i] = _shift_on_grid(y[i], z, granularity, inv_granularity, clip, lo, hi)
+    release(rng, state)
     return out
 
 
