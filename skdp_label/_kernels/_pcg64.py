@@ -30,7 +30,7 @@ from numba import types
 from numba.core import cgutils
 from numba.core.runtime.nrtdynmod import _meminfo_struct_type
 from numba.experimental import structref
-from numba.extending import intrinsic, overload, overload_method
+from numba.extending import intrinsic, overload_method
 
 __all__ = ["PCG64Stream", "call_with_stream", "inlinable", "stream_type", "hold", "held_digit",
            "held_int_digit", "release"]
@@ -104,51 +104,6 @@ def _pcg64_step(typingctx, stream):
 _WORDS = types.UniTuple(types.uint64, 2)
 
 
-@intrinsic
-def _load_words(typingctx, stream):
-    """The (hi, lo) state words of ``stream``."""
-    sig = _WORDS(stream)
-
-    def codegen(context, builder, signature, args):
-        slots, _ = _payload_slots(context, builder, signature.args[0], args[0])
-        return context.make_tuple(builder, _WORDS, [builder.load(slots[0]), builder.load(slots[1])])
-
-    return sig, codegen
-
-
-@intrinsic
-def _store_words(typingctx, stream, words):
-    """Write the (hi, lo) state words ``words`` into ``stream``."""
-    sig = types.void(stream, words)
-
-    def codegen(context, builder, signature, args):
-        slots, _ = _payload_slots(context, builder, signature.args[0], args[0])
-        for k in range(2):
-            builder.store(builder.extract_value(args[1], k), slots[k])
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
-def _step_words(typingctx, stream, words):
-    """(64-bit output, next words) of one PCG64 step from the state words
-    ``words`` and ``stream``'s increment; the stream is not written."""
-    sig = types.Tuple((types.uint64, _WORDS))(stream, words)
-
-    def codegen(context, builder, signature, args):
-        slots, invariant = _payload_slots(context, builder, signature.args[0], args[0])
-        inc_hi, inc_lo = builder.load(slots[2]), builder.load(slots[3])
-        inc_hi.set_metadata("invariant.load", invariant)
-        inc_lo.set_metadata("invariant.load", invariant)
-        hi, lo = (builder.extract_value(args[1], k) for k in range(2))
-        high, low, output = _pcg64_next(builder, hi, lo, inc_hi, inc_lo)
-        words = context.make_tuple(builder, _WORDS, [high, low])
-        return context.make_tuple(builder, signature.return_type, [output, words])
-
-    return sig, codegen
-
-
 # -- a state held in a kernel's registers --------------------------------------
 #
 # A kernel's loop that draws through ``rng.random()`` stores the state into
@@ -165,66 +120,89 @@ def _step_words(typingctx, stream, words):
 # out-of-line calls, made with the state released). For any other source
 # (a numpy Generator, keyed rows) the held state is a dummy and the draws go
 # to ``rng.random()``. The Python twins bind these four to the same draws
-# from ``rng`` (``_twin``).
+# from ``rng`` (``_twin``). They are intrinsics, not overloads: a stream's
+# draw is a few LLVM instructions, without a numba compilation of its own
+# (four overloads added ~0.3 s to each kernel's cold compile).
 
 
-def hold(rng):
-    """The state of ``rng`` for :func:`held_digit` (numba only)."""
-    raise NotImplementedError("hold is only callable from numba-compiled kernels")
+def _other_source(context, builder, signature, args, impl):
+    """Codegen of a held-state intrinsic for a source that is not a stream:
+    ``impl`` (Python) compiled for ``signature``."""
+    return context.compile_internal(builder, impl, signature, args)
 
 
-def held_digit(rng, state):
+@intrinsic
+def hold(typingctx, rng):
+    """The state of ``rng`` for :func:`held_digit`: a stream's (hi, lo) words
+    (a dummy 0 for another source)."""
+    if rng != stream_type:
+        return types.intp(rng), lambda context, builder, sig, args: context.get_constant(types.intp, 0)
+
+    def codegen(context, builder, signature, args):
+        slots, _ = _payload_slots(context, builder, signature.args[0], args[0])
+        return context.make_tuple(builder, _WORDS, [builder.load(slots[0]), builder.load(slots[1])])
+
+    return _WORDS(rng), codegen
+
+
+@intrinsic
+def release(typingctx, rng, state):
+    """Write a held state back into ``rng`` (nothing for another source)."""
+    if rng != stream_type:
+        return types.void(rng, state), lambda context, builder, sig, args: context.get_dummy_value()
+
+    def codegen(context, builder, signature, args):
+        slots, _ = _payload_slots(context, builder, signature.args[0], args[0])
+        for k in range(2):
+            builder.store(builder.extract_value(args[1], k), slots[k])
+        return context.get_dummy_value()
+
+    return types.void(rng, state), codegen
+
+
+def _held_draw(rng, state, digit_type):
+    """Signature and codegen of a draw of one digit (``digit_type``: float64
+    or int64) from a held state."""
+    sig = types.Tuple((digit_type, state))(rng, state)
+    as_float = digit_type == types.float64
+    if rng != stream_type:
+        if as_float:
+            def impl(rng, state):
+                return rng.random() * 9007199254740992.0, state
+        else:
+            def impl(rng, state):
+                return np.int64(rng.random() * 9007199254740992.0), state
+        return sig, lambda context, builder, sig, args: _other_source(context, builder, sig, args, impl)
+
+    def codegen(context, builder, signature, args):
+        slots, invariant = _payload_slots(context, builder, signature.args[0], args[0])
+        inc_hi, inc_lo = builder.load(slots[2]), builder.load(slots[3])
+        inc_hi.set_metadata("invariant.load", invariant)
+        inc_lo.set_metadata("invariant.load", invariant)
+        hi, lo = (builder.extract_value(args[1], k) for k in range(2))
+        high, low, output = _pcg64_next(builder, hi, lo, inc_hi, inc_lo)
+        # The output's top 53 bits: rng.random()'s digit, (output >> 11) *
+        # 2**-53 * 2**53 exactly; as a float through a signed conversion (one
+        # instruction; x86 has no unsigned one below AVX-512), exact below 2**53.
+        digit = builder.lshr(output, ir.Constant(ir.IntType(64), 11))
+        if as_float:
+            digit = builder.sitofp(digit, ir.DoubleType())
+        words = context.make_tuple(builder, _WORDS, [high, low])
+        return context.make_tuple(builder, signature.return_type, [digit, words])
+
+    return sig, codegen
+
+
+@intrinsic
+def held_digit(typingctx, rng, state):
     """(digit, next state): ``rng.random() * 2**53`` drawn from a held state."""
-    raise NotImplementedError("held_digit is only callable from numba-compiled kernels")
+    return _held_draw(rng, state, types.float64)
 
 
-def held_int_digit(rng, state):
+@intrinsic
+def held_int_digit(typingctx, rng, state):
     """(digit, next state): :func:`held_digit`'s digit as an int64."""
-    raise NotImplementedError("held_int_digit is only callable from numba-compiled kernels")
-
-
-def release(rng, state):
-    """Write a held state back into ``rng`` (numba only)."""
-    raise NotImplementedError("release is only callable from numba-compiled kernels")
-
-
-@overload(hold)
-def _hold_overload(rng):
-    if rng == stream_type:
-        return lambda rng: _load_words(rng)
-    return lambda rng: 0
-
-
-# The digit is the output's top 53 bits, converted to a float through an
-# int64 (one instruction; x86 has no unsigned conversion below AVX-512):
-# exactly (output >> 11) * 2**-53 * 2**53, rng.random()'s digit.
-@overload(held_digit)
-def _held_digit_overload(rng, state):
-    if rng == stream_type:
-        def impl(rng, state):
-            output, state = _step_words(rng, state)
-            return float(np.int64(output >> np.uint64(11))), state
-
-        return impl
-    return lambda rng, state: (rng.random() * 9007199254740992.0, state)
-
-
-@overload(held_int_digit)
-def _held_int_digit_overload(rng, state):
-    if rng == stream_type:
-        def impl(rng, state):
-            output, state = _step_words(rng, state)
-            return np.int64(output >> np.uint64(11)), state
-
-        return impl
-    return lambda rng, state: (np.int64(rng.random() * 9007199254740992.0), state)
-
-
-@overload(release)
-def _release_overload(rng, state):
-    if rng == stream_type:
-        return lambda rng, state: _store_words(rng, state)
-    return lambda rng, state: None
+    return _held_draw(rng, state, types.int64)
 
 
 class _PCG64StreamType(types.StructRef):
