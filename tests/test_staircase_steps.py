@@ -197,6 +197,19 @@ def test_bulk_first_digit_around_the_tail_threshold(table, compiled):
             assert digits_used(src) == 1
 
 
+def _pick_probes(prob, gen):
+    """(j, j + prob[j], points v in [0, k]): every float around every
+    threshold and cell edge of an alias table, and random points."""
+    k = prob.shape[0]
+    j = np.arange(k, dtype=np.float64)
+    total = j + prob
+    v = np.concatenate([
+        j, np.nextafter(j + 1.0, 0.0), total, np.nextafter(total, np.inf),
+        np.nextafter(total, -np.inf), j + gen.random(k), [float(k)],
+    ])
+    return j, total, v[(v >= 0.0) & (v <= k)]
+
+
 def test_alias_records_pick_as_the_table():
     """The packed records' threshold t_j (the smallest float >= j + prob[j])
     picks exactly what the table's ``v - j < prob[j]`` does, compiled and in
@@ -220,13 +233,7 @@ def test_alias_records_pick_as_the_table():
     mutant_wrong = 0
     for prob, alias in tables:
         k = prob.shape[0]
-        j = np.arange(k, dtype=np.float64)
-        total = j + prob
-        v = np.concatenate([
-            j, np.nextafter(j + 1.0, 0.0), total, np.nextafter(total, np.inf),
-            np.nextafter(total, -np.inf), j + gen.random(k), [float(k)],
-        ])
-        v = v[(v >= 0.0) & (v <= k)]
+        j, total, v = _pick_probes(prob, gen)
         cell = np.minimum(v.astype(np.int64), k - 1)
         keep = v - cell < prob[cell]
         expected = np.where(keep, cell, alias[cell]).astype(np.float64)
@@ -268,13 +275,7 @@ def test_cell_records_pick_the_entries_of_the_alias_records():
     for (prob, alias), cell in cases:
         k = prob.shape[0]
         half = (k - 1) // 2
-        j = np.arange(k, dtype=np.float64)
-        total = j + prob
-        v = np.concatenate([
-            j, np.nextafter(j + 1.0, 0.0), total, np.nextafter(total, np.inf),
-            np.nextafter(total, -np.inf), j + gen.random(k), [float(k)],
-        ])
-        v = v[(v >= 0.0) & (v <= k)]
+        j, total, v = _pick_probes(prob, gen)
         index_records = S.alias_records(prob, alias)
         t = np.array([_twin.twin(S._alias_pick)(x, index_records) for x in v]) - half
         expected_first = np.where(t == 0, 0.0, np.sign(t) * (1.0 + cell * (np.abs(t) - 1.0)))
@@ -317,10 +318,7 @@ def test_envelope_records_pick_the_squeeze_of_the_picked_cell():
         g, prob, alias, squeeze = gaussian_cell_table(sigma)
         k = prob.shape[0]
         half = (k - 1) // 2
-        j = np.arange(k, dtype=np.float64)
-        total = j + prob
-        v = np.concatenate([j, total, np.nextafter(total, np.inf), np.nextafter(total, -np.inf)])
-        v = v[(v >= 0.0) & (v <= k)]
+        _, _, v = _pick_probes(prob, np.random.default_rng(7))
         t = np.array([_twin.twin(S._alias_pick)(x, S.alias_records(prob, alias)) for x in v]) - half
         records = S.envelope_records(prob, alias, g[4], squeeze)
         out = np.empty((v.shape[0], 3))
