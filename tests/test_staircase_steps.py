@@ -268,9 +268,11 @@ def test_cell_records_pick_the_entries_of_the_alias_records():
             _, _, first[i], sign[i] = S._cell_pick(v[i], records, 5)
 
     gen = np.random.default_rng(6)
-    cases = [(alias_table(gen.random(k) ** 3), cell) for k, cell in ((3, 2), (51, 8192), (3001, 2**20))]
+    cases = [(alias_table(gen.random(k) ** 3), cell)
+             for k, cell in ((3, 2), (51, 8192), (3001, 2**20))]
     # 1 + L T = 3 * 2**50 + 1: first values +-(2**51 + 1), differences up to 2**52 + 2.
-    cases.append(((np.array([0.5, 0.25, 1.0, 0.75, 1.0, 0.1, 0.6]), np.array([6, 5, 2, 0, 4, 0, 0])), 2.0**50))
+    prob = np.array([0.5, 0.25, 1.0, 0.75, 1.0, 0.1, 0.6])
+    cases.append(((prob, np.array([6, 5, 2, 0, 4, 0, 0])), 2.0**50))
     mutant_wrong = 0
     for (prob, alias), cell in cases:
         k = prob.shape[0]
@@ -283,7 +285,8 @@ def test_cell_records_pick_the_entries_of_the_alias_records():
         first, sign = np.empty(v.shape[0]), np.empty(v.shape[0])
         picks(v, records, first, sign)
         np.testing.assert_array_equal(first.view(np.int64), expected_first.view(np.int64))
-        np.testing.assert_array_equal(sign.view(np.int64), np.sign(t).astype(np.float64).view(np.int64))
+        expected_sign = np.sign(t).astype(np.float64)
+        np.testing.assert_array_equal(sign.view(np.int64), expected_sign.view(np.int64))
         twin = [_twin.twin(S._cell_pick)(x, records, 5)[2:] for x in v[:400]]
         np.testing.assert_array_equal(np.array(twin), np.stack([first, sign], 1)[:400])
         mutant = records.astype(np.float32).astype(np.float64)

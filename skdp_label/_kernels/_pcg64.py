@@ -136,7 +136,8 @@ def hold(typingctx, rng):
     """The state of ``rng`` for :func:`held_digit`: a stream's (hi, lo) words
     (a dummy 0 for another source)."""
     if rng != stream_type:
-        return types.intp(rng), lambda context, builder, sig, args: context.get_constant(types.intp, 0)
+        return types.intp(rng), lambda context, builder, sig, args: context.get_constant(
+            types.intp, 0)
 
     def codegen(context, builder, signature, args):
         slots, _ = _payload_slots(context, builder, signature.args[0], args[0])
@@ -172,7 +173,8 @@ def _held_draw(rng, state, digit_type):
         else:
             def impl(rng, state):
                 return np.int64(rng.random() * 9007199254740992.0), state
-        return sig, lambda context, builder, sig, args: _other_source(context, builder, sig, args, impl)
+        return sig, lambda context, builder, sig, args: _other_source(
+            context, builder, sig, args, impl)
 
     def codegen(context, builder, signature, args):
         slots, invariant = _payload_slots(context, builder, signature.args[0], args[0])

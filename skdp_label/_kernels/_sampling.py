@@ -415,7 +415,8 @@ def cell_records(prob, alias, cell):
     first = np.sign(t) * (1.0 + cell * (np.abs(t) - 1.0)) + 0.0
     first_other = np.sign(t_other) * (1.0 + cell * (np.abs(t_other) - 1.0)) + 0.0
     return np.ascontiguousarray(np.stack([
-        threshold, first_other, first - first_other, np.sign(t_other), np.sign(t) - np.sign(t_other),
+        threshold, first_other, first - first_other,
+        np.sign(t_other), np.sign(t) - np.sign(t_other),
     ], axis=1).reshape(-1))
 
 

@@ -584,7 +584,8 @@ class Gaussian(BaseAdditiveMechanism):
         if cached is None or cached[0] != sigma:  # rebuilt after a refit
             table = gaussian_cell_table(sigma)
             # Packed for the kernel once (public, like the table).
-            records = None if table is None else envelope_records(table[1], table[2], table[0][4], table[3])
+            records = None if table is None else envelope_records(
+                table[1], table[2], table[0][4], table[3])
             cached = self._cell_table = (sigma, table, records)
         _, table, records = cached
         if table is None:
