@@ -69,9 +69,11 @@ def _one_pass_bulk(y, rng, granularity, c, bulk, records, steps, clip, lo, hi):
     return out
 
 
-def _bulk_case(kind):
+def _bulk_case(kind, reference=False):
     """(constants, bulk, records, steps) of a table with many tail labels,
-    for each kind of table."""
+    for each kind of table; ``reference``: the table's :func:`S.alias_records`
+    (of entry indices) also for a table of cells, whose kernel reads
+    :func:`S.cell_records` (entries' first values and signs)."""
     if kind == "values":
         lam, width, r = 0.05, 1, 1
         m0, tail, prob, alias = staircase_alias_table(lam, width, r, min_probability=1e-3)
@@ -86,7 +88,11 @@ def _bulk_case(kind):
         cell, squeeze, steps = 1, 0, S.step_records(starts, sizes)
     bulk = S.bulk_constants(m0, tail, prob.shape[0], cell, lam, squeeze)
     assert tail > 0.001  # the exact tail runs inside the blocks
-    return (S.staircase_constants(lam, width, r), bulk, S.alias_records(prob, alias),
+    if cell > 1 and not reference:
+        records = S.cell_records(prob, alias, cell)
+    else:
+        records = S.alias_records(prob, alias)
+    return (S.staircase_constants(lam, width, r), bulk, records,
             S._NO_STEPS if steps is None else steps)
 
 
@@ -95,7 +101,7 @@ def test_bulk_kernel_reads_the_digits_of_one_pass(kind):
     # 20,000 labels: tails, ties and (cells) zeros among them.
     case = _bulk_case(kind)
     y = np.random.default_rng(1).uniform(-50.0, 50.0, 20_000)
-    args = (0.5, *case, True, -40.0, 40.0)
+    args = (0.5, *_bulk_case(kind, reference=True), True, -40.0, 40.0)
     got = np.empty(y.shape[0])
     S._staircase_additive_bulk(y, np.random.default_rng(5), args[0], *case, True, -40.0, 40.0, got)
     ref = _one_pass_bulk(y, np.random.default_rng(5), *args)
@@ -118,26 +124,28 @@ def _digit_of_zero_cell(bulk, records):
     raise AssertionError("no digit picks the cell of 0")
 
 
-def _mutant_without_the_zero_mask():
-    """The bulk kernel's twin with the mask ``(z != 0.0) *`` removed: the cell
-    of 0 would come out as a value of the first cell."""
-    source = inspect.getsource(S._staircase_additive_bulk.py_func)
-    source = source[source.index("def "):]
-    assert source.count("(z != 0.0) * ") == 1
-    namespace = dict(_twin.twin(S._staircase_additive_bulk).__globals__)
-    exec(source.replace("(z != 0.0) * ", ""), namespace)
-    return namespace["_staircase_additive_bulk"]
+def _mutant_cell_records(prob, alias, cell):
+    """:func:`S.cell_records` with the sign of an entry taken as copysign(1, t)
+    (the cell of 0 signed +1, as if it were the first positive cell): its
+    draws would come out as values of that cell instead of 0."""
+    source = inspect.getsource(S.cell_records)
+    assert source.count("np.sign(") == 5
+    namespace = dict(vars(S), _copysign_one=lambda t: np.copysign(1.0, t))
+    exec(source.replace("np.sign(", "_copysign_one("), namespace)
+    return namespace["cell_records"](prob, alias, cell)
 
 
 @pytest.mark.parametrize("kernel", ["compiled", "twin", "mutant"])
 def test_the_cell_of_zero_reads_its_offset_digit_and_gives_zero(kernel):
-    c, bulk, records, steps = _bulk_case("cells")
-    d = _digit_of_zero_cell(bulk, records)
-    run = {"compiled": S._staircase_additive_bulk, "twin": _twin.twin(S._staircase_additive_bulk),
-           "mutant": _mutant_without_the_zero_mask()}[kernel]
+    c, bulk, index_records, steps = _bulk_case("cells", reference=True)
+    d = _digit_of_zero_cell(bulk, index_records)
+    lam, cell = bulk[7], bulk[4]
+    _, _, prob, alias, _, _ = laplace_cell_table(lam, min_probability=1e-4, rtol=1e-6)
+    records = (_mutant_cell_records if kernel == "mutant" else S.cell_records)(prob, alias, cell)
+    run = _twin.twin(S._staircase_additive_bulk) if kernel == "twin" else S._staircase_additive_bulk
     # Label 0: the cell of 0 (its offset digit read and dropped); label 1:
     # the next digit, far in the bulk (the first cell of the positive side).
-    src = scripted([d, 7, bulk[0] + (records.shape[0] // 3 // 2 + 1.5) / bulk[2], 0, 0, 0])
+    src = scripted([d, 7, bulk[0] + (index_records.shape[0] // 3 // 2 + 1.5) / bulk[2], 0, 0, 0])
     out = np.empty(2)
     run(np.zeros(2), src, 1.0, c, bulk, records, steps, False, 0.0, 0.0, out)
     assert digits_used(src) == 4
@@ -196,7 +204,8 @@ def test_gaussian_kernel_reads_the_digits_of_the_plain_loop(sigma):
     records = S.alias_records(prob, alias)
     y = np.random.default_rng(2).uniform(-30.0, 30.0, 5_000)
     got = np.empty(y.shape[0])
-    S._gaussian_additive(y, np.random.default_rng(8), 0.25, g, records, squeeze, True, -20.0, 20.0, got)
+    S._gaussian_additive(y, np.random.default_rng(8), 0.25, g,
+                         S.envelope_records(prob, alias, g[4], squeeze), True, -20.0, 20.0, got)
     ref = _one_pass_gaussian(y, np.random.default_rng(8), 0.25, g, records, squeeze, True, -20.0, 20.0)
     np.testing.assert_array_equal(got.view(np.int64), ref.view(np.int64))
 
@@ -230,7 +239,8 @@ def _offset_counts(lam, log_l, squeeze, n, seed):
     bulk = S.bulk_constants(1 + 2**log_l, 0.0, 3, 2**log_l, lam, squeeze)
     out = np.empty(n)
     S._staircase_additive_bulk(np.zeros(n), np.random.default_rng(seed), 1.0,
-                               S.staircase_constants(lam, 1, 1), bulk, S.alias_records(prob, alias),
+                               S.staircase_constants(lam, 1, 1), bulk,
+                               S.cell_records(prob, alias, 2**log_l),
                                S._NO_STEPS, False, 0.0, 0.0, out)
     z = np.abs(out[out != 0.0]) - 1.0
     assert np.all(z == np.rint(z)) and z.min() >= 0 and z.max() < 2**log_l

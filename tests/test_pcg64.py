@@ -11,7 +11,15 @@ import numpy as np
 import pytest
 
 from skdp_label._kernels import _pcg64
-from skdp_label._kernels._pcg64 import PCG64Stream, call_with_stream, inlinable
+from skdp_label._kernels._pcg64 import (
+    PCG64Stream,
+    call_with_stream,
+    held_digit,
+    held_int_digit,
+    hold,
+    inlinable,
+    release,
+)
 from skdp_label.mechanisms import get_mechanism_class
 
 
@@ -136,3 +144,71 @@ def test_a_wrong_increment_gives_other_draws():
     words = rng.bit_generator.state["state"]
     stream = PCG64Stream(words["state"], words["inc"] ^ 2)
     assert stream.random() != rng.random()
+
+
+@numba.njit(nogil=True)
+def _out_of_line_draw(rng):
+    return rng.random()
+
+
+def _held_kernel(released):
+    """A kernel drawing from a held state (``_pcg64.hold``): per row a float
+    digit and an int digit, and every 7th row a draw by an out-of-line call
+    on ``rng`` itself, around which the state is released and held again
+    (``released=False``: the mutant that forgets, and replays digits)."""
+
+    @numba.njit(nogil=True)
+    def kernel(rng, out):
+        state = hold(rng)
+        for i in range(out.shape[0]):
+            d, state = held_digit(rng, state)
+            e, state = held_int_digit(rng, state)
+            extra = 0.0
+            if i % 7 == 3:
+                if released:
+                    release(rng, state)
+                extra = _out_of_line_draw(rng)
+                state = hold(rng)
+            out[i, 0], out[i, 1], out[i, 2] = d, float(e), extra
+        release(rng, state)
+
+    return kernel
+
+
+def _held_reference(rng, n):
+    out = np.zeros((n, 3))
+    for i in range(n):
+        out[i, 0] = rng.random() * 2.0**53
+        out[i, 1] = float(int(rng.random() * 2.0**53))
+        if i % 7 == 3:
+            out[i, 2] = rng.random()
+    return out
+
+
+@pytest.mark.parametrize("source", ["stream", "mt19937", "twin"])
+def test_a_held_state_draws_numpys_digits_and_is_released(source):
+    # The held state (a kernel's registers) reads the digits rng.random()
+    # would, in order, around out-of-line draws, and the Generator ends in
+    # numpy's state: through the stream, for another bit generator (drawn
+    # through numpy) and in the Python twin.
+    from skdp_label._kernels import _twin
+
+    make = (lambda: np.random.Generator(np.random.MT19937(9))) if source == "mt19937" else (
+        lambda: np.random.default_rng(9))
+    mine, reference = make(), make()
+    out = np.empty((500, 3))
+    kernel = _held_kernel(True)
+    if source == "twin":
+        _twin.twin(kernel)(mine, out)
+    else:
+        call_with_stream(kernel, mine, mine, out)
+    assert np.array_equal(out, _held_reference(reference, 500))
+    assert mine.random(3).tolist() == reference.random(3).tolist()  # the same state
+
+
+def test_a_state_not_released_before_an_out_of_line_draw_is_caught():
+    # The mutant replays the digits drawn since the last hold: other outputs.
+    mine, reference = np.random.default_rng(9), np.random.default_rng(9)
+    out = np.empty((50, 3))
+    call_with_stream(_held_kernel(False), mine, mine, out)
+    assert not np.array_equal(out, _held_reference(reference, 50))

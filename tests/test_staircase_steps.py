@@ -197,6 +197,19 @@ def test_bulk_first_digit_around_the_tail_threshold(table, compiled):
             assert digits_used(src) == 1
 
 
+def _pick_probes(prob, gen):
+    """(j, j + prob[j], points v in [0, k]): every float around every
+    threshold and cell edge of an alias table, and random points."""
+    k = prob.shape[0]
+    j = np.arange(k, dtype=np.float64)
+    total = j + prob
+    v = np.concatenate([
+        j, np.nextafter(j + 1.0, 0.0), total, np.nextafter(total, np.inf),
+        np.nextafter(total, -np.inf), j + gen.random(k), [float(k)],
+    ])
+    return j, total, v[(v >= 0.0) & (v <= k)]
+
+
 def test_alias_records_pick_as_the_table():
     """The packed records' threshold t_j (the smallest float >= j + prob[j])
     picks exactly what the table's ``v - j < prob[j]`` does, compiled and in
@@ -220,13 +233,7 @@ def test_alias_records_pick_as_the_table():
     mutant_wrong = 0
     for prob, alias in tables:
         k = prob.shape[0]
-        j = np.arange(k, dtype=np.float64)
-        total = j + prob
-        v = np.concatenate([
-            j, np.nextafter(j + 1.0, 0.0), total, np.nextafter(total, np.inf),
-            np.nextafter(total, -np.inf), j + gen.random(k), [float(k)],
-        ])
-        v = v[(v >= 0.0) & (v <= k)]
+        j, total, v = _pick_probes(prob, gen)
         cell = np.minimum(v.astype(np.int64), k - 1)
         keep = v - cell < prob[cell]
         expected = np.where(keep, cell, alias[cell]).astype(np.float64)
@@ -239,3 +246,94 @@ def test_alias_records_pick_as_the_table():
         mutant = np.where(v < total[cell], cell, alias[cell])
         mutant_wrong += np.count_nonzero(mutant != expected)
     assert mutant_wrong > 0
+
+
+def test_cell_records_pick_the_entries_of_the_alias_records():
+    """:func:`S.cell_records` (a table of cells: each entry's first value and
+    sign in place of its index) picks, compiled and in the twin, the entry
+    :func:`S._alias_pick` picks on :func:`S.alias_records`, at every float
+    around every threshold and cell edge, as (first value, sign) of entry
+    t = j - T: (sign(t) (1 + L (|t| - 1)), sign(t)), +0.0 for the cell of 0
+    (bit for bit); values near 2**52 stay exact; a table beyond 2**52
+    values is refused. Mutation: records whose differences were rounded
+    (float32) are caught."""
+    import numba
+
+    from skdp_label._kernels import _twin
+    from skdp_label.mechanisms.classic._noise import alias_table
+
+    @numba.njit
+    def picks(v, records, first, sign):
+        for i in range(v.shape[0]):
+            _, _, first[i], sign[i] = S._cell_pick(v[i], records, 5)
+
+    gen = np.random.default_rng(6)
+    cases = [(alias_table(gen.random(k) ** 3), cell)
+             for k, cell in ((3, 2), (51, 8192), (3001, 2**20))]
+    # 1 + L T = 3 * 2**50 + 1: first values +-(2**51 + 1), differences up to 2**52 + 2.
+    prob = np.array([0.5, 0.25, 1.0, 0.75, 1.0, 0.1, 0.6])
+    cases.append(((prob, np.array([6, 5, 2, 0, 4, 0, 0])), 2.0**50))
+    mutant_wrong = 0
+    for (prob, alias), cell in cases:
+        k = prob.shape[0]
+        half = (k - 1) // 2
+        j, total, v = _pick_probes(prob, gen)
+        index_records = S.alias_records(prob, alias)
+        t = np.array([_twin.twin(S._alias_pick)(x, index_records) for x in v]) - half
+        expected_first = np.where(t == 0, 0.0, np.sign(t) * (1.0 + cell * (np.abs(t) - 1.0)))
+        records = S.cell_records(prob, alias, cell)
+        first, sign = np.empty(v.shape[0]), np.empty(v.shape[0])
+        picks(v, records, first, sign)
+        np.testing.assert_array_equal(first.view(np.int64), expected_first.view(np.int64))
+        expected_sign = np.sign(t).astype(np.float64)
+        np.testing.assert_array_equal(sign.view(np.int64), expected_sign.view(np.int64))
+        twin = [_twin.twin(S._cell_pick)(x, records, 5)[2:] for x in v[:400]]
+        np.testing.assert_array_equal(np.array(twin), np.stack([first, sign], 1)[:400])
+        mutant = records.astype(np.float32).astype(np.float64)
+        picks(v, mutant, first, sign)
+        mutant_wrong += np.count_nonzero(first != expected_first)
+    assert mutant_wrong > 0
+    with pytest.raises(ValueError, match="2\\*\\*52"):
+        S.cell_records(np.ones(3), np.arange(3), 2.0**52)
+
+
+def test_envelope_records_pick_the_squeeze_of_the_picked_cell():
+    """:func:`S.envelope_records` (the Gaussian envelope's records) gives,
+    through the kernel's reads (compiled), the first value and sign of
+    :func:`S.cell_records` and the squeeze of the picked entry's cell,
+    ``squeeze[|t|]``, 0 for the cell of 0 (whose proposals all take the
+    exact rare path), at every float around every threshold. Mutation:
+    records holding the alias's squeeze only are caught."""
+    import numba
+
+    from skdp_label._kernels import _twin
+    from skdp_label.mechanisms.classic._noise import gaussian_cell_table
+
+    @numba.njit
+    def picks(v, records, out):
+        for i in range(v.shape[0]):
+            at, keep, first, sign = S._cell_pick(v[i], records, 7)
+            out[i, 0], out[i, 1] = first, sign
+            out[i, 2] = records[at + np.uint64(5)] + keep * records[at + np.uint64(6)]
+
+    wrong = 0
+    for sigma in (40.0, 5000.0):
+        g, prob, alias, squeeze = gaussian_cell_table(sigma)
+        k = prob.shape[0]
+        half = (k - 1) // 2
+        _, _, v = _pick_probes(prob, np.random.default_rng(7))
+        t = np.array([_twin.twin(S._alias_pick)(x, S.alias_records(prob, alias)) for x in v]) - half
+        records = S.envelope_records(prob, alias, g[4], squeeze)
+        out = np.empty((v.shape[0], 3))
+        picks(v, records, out)
+        expected = np.where(t == 0, 0.0, squeeze[np.abs(t).astype(np.int64)].astype(np.float64))
+        np.testing.assert_array_equal(out[:, 2], expected)
+        cell_out = np.empty((v.shape[0], 2))
+        for i, x in enumerate(v):
+            cell_out[i] = _twin.twin(S._cell_pick)(x, S.cell_records(prob, alias, g[4]), 5)[2:]
+        np.testing.assert_array_equal(out[:, :2], cell_out)
+        mutant = records.reshape(-1, 7).copy()
+        mutant[:, 6] = 0.0
+        picks(v, np.ascontiguousarray(mutant.reshape(-1)), out)
+        wrong += np.count_nonzero(out[:, 2] != expected)
+    assert wrong > 0

@@ -36,11 +36,50 @@ try:  # numba's MemInfo layout, to mark the payload pointer's load invariant
 except ImportError:  # pragma: no cover - a numba without it: its own (slower) accessor
     _meminfo_struct_type = None
 
-__all__ = ["PCG64Stream", "call_with_stream", "inlinable", "stream_type"]
+__all__ = ["PCG64Stream", "call_with_stream", "inlinable", "stream_type", "hold", "held_digit",
+           "held_int_digit", "release"]
 
 # numpy's PCG_DEFAULT_MULTIPLIER_128
 _MULTIPLIER = (2549297995355413924 << 64) + 4865540595714422341
 _MASK64 = (1 << 64) - 1
+
+
+def _payload_slots(context, builder, stream_ty, stream):
+    """Pointers to the (hi, lo, inc_hi, inc_lo) words of a stream's payload,
+    and the ``invariant.load`` metadata (the payload pointer is loaded with
+    it: it never changes while a stream lives)."""
+    invariant = builder.module.add_metadata([])
+    ref = cgutils.create_struct_proxy(stream_ty)(context, builder, value=stream)
+    if _meminfo_struct_type is None:
+        payload = context.nrt.meminfo_data(builder, ref.meminfo)
+    else:
+        meminfo = builder.bitcast(ref.meminfo, _meminfo_struct_type.as_pointer())
+        payload = builder.load(cgutils.gep(builder, meminfo, 0, 3))  # MemInfo.data
+        payload.set_metadata("invariant.load", invariant)
+    model = context.data_model_manager[stream_ty.get_data_type()]
+    payload = builder.bitcast(payload, model.get_value_type().as_pointer())
+    slots = [cgutils.gep_inbounds(builder, payload, 0, model.get_field_position(name))
+             for name in ("hi", "lo", "inc_hi", "inc_lo")]
+    return slots, invariant
+
+
+def _pcg64_next(builder, hi, lo, inc_hi, inc_lo):
+    """(new hi, new lo, 64-bit output) of one PCG64 step from the words."""
+    i64, i128 = ir.IntType(64), ir.IntType(128)
+
+    def joined(high, low):
+        high = builder.shl(builder.zext(high, i128), ir.Constant(i128, 64))
+        return builder.or_(high, builder.zext(low, i128))
+
+    state = builder.add(builder.mul(joined(hi, lo), ir.Constant(i128, _MULTIPLIER)),
+                        joined(inc_hi, inc_lo))
+    high = builder.trunc(builder.lshr(state, ir.Constant(i128, 64)), i64)
+    low = builder.trunc(state, i64)
+    rotation = builder.trunc(builder.lshr(state, ir.Constant(i128, 122)), i64)
+    folded = builder.xor(high, low)
+    rotate_right = builder.module.declare_intrinsic(
+        "llvm.fshr.i64", fnty=ir.FunctionType(i64, [i64, i64, i64]))
+    return high, low, builder.call(rotate_right, [folded, folded, rotation])
 
 
 @intrinsic
@@ -59,40 +98,122 @@ def _pcg64_step(typingctx, stream):
     sig = types.uint64(stream)
 
     def codegen(context, builder, signature, args):
-        i64, i128 = ir.IntType(64), ir.IntType(128)
-        invariant = builder.module.add_metadata([])
-        ref = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=args[0])
-        if _meminfo_struct_type is None:
-            payload = context.nrt.meminfo_data(builder, ref.meminfo)
-        else:
-            meminfo = builder.bitcast(ref.meminfo, _meminfo_struct_type.as_pointer())
-            payload = builder.load(cgutils.gep(builder, meminfo, 0, 3))  # MemInfo.data
-            payload.set_metadata("invariant.load", invariant)
-        model = context.data_model_manager[signature.args[0].get_data_type()]
-        payload = builder.bitcast(payload, model.get_value_type().as_pointer())
-        slots = [cgutils.gep_inbounds(builder, payload, 0, model.get_field_position(name))
-                 for name in ("hi", "lo", "inc_hi", "inc_lo")]
+        slots, invariant = _payload_slots(context, builder, signature.args[0], args[0])
         hi, lo, inc_hi, inc_lo = (builder.load(slot) for slot in slots)
         inc_hi.set_metadata("invariant.load", invariant)
         inc_lo.set_metadata("invariant.load", invariant)
-
-        def joined(high, low):
-            high = builder.shl(builder.zext(high, i128), ir.Constant(i128, 64))
-            return builder.or_(high, builder.zext(low, i128))
-
-        state = builder.add(builder.mul(joined(hi, lo), ir.Constant(i128, _MULTIPLIER)),
-                            joined(inc_hi, inc_lo))
-        high = builder.trunc(builder.lshr(state, ir.Constant(i128, 64)), i64)
-        low = builder.trunc(state, i64)
+        high, low, output = _pcg64_next(builder, hi, lo, inc_hi, inc_lo)
         builder.store(high, slots[0])
         builder.store(low, slots[1])
-        rotation = builder.trunc(builder.lshr(state, ir.Constant(i128, 122)), i64)
-        folded = builder.xor(high, low)
-        rotate_right = builder.module.declare_intrinsic(
-            "llvm.fshr.i64", fnty=ir.FunctionType(i64, [i64, i64, i64]))
-        return builder.call(rotate_right, [folded, folded, rotation])
+        return output
 
     return sig, codegen
+
+
+_WORDS = types.UniTuple(types.uint64, 2)
+
+
+# -- a state held in a kernel's registers --------------------------------------
+#
+# A kernel's loop that draws through ``rng.random()`` stores the state into
+# the stream's memory at every draw and loads it back at the next: LLVM
+# cannot keep it in registers because any store of the loop (the output's)
+# may alias the stream. A kernel may instead *hold* the state in a local
+# variable (``state = hold(rng)``), draw from it (``d, state =
+# held_digit(rng, state)``: the same digits as ``_digit(rng)``, in the same
+# order) and *release* it into ``rng`` (``release(rng, state)``) before any
+# call that draws from ``rng`` itself (then ``state = hold(rng)`` again) and
+# at the end. Between a hold and its release the kernel's own code must not
+# raise: the digits drawn since the hold would not be written back, and the
+# next release would read them again (the rare paths that may raise are
+# out-of-line calls, made with the state released). For any other source
+# (a numpy Generator, keyed rows) the held state is a dummy and the draws go
+# to ``rng.random()``. The Python twins bind these four to the same draws
+# from ``rng`` (``_twin``). They are intrinsics, not overloads: a stream's
+# draw is a few LLVM instructions, without a numba compilation of its own
+# (four overloads added ~0.3 s to each kernel's cold compile).
+
+
+def _other_source(context, builder, signature, args, impl):
+    """Codegen of a held-state intrinsic for a source that is not a stream:
+    ``impl`` (Python) compiled for ``signature``."""
+    return context.compile_internal(builder, impl, signature, args)
+
+
+@intrinsic
+def hold(typingctx, rng):
+    """The state of ``rng`` for :func:`held_digit`: a stream's (hi, lo) words
+    (a dummy 0 for another source)."""
+    if rng != stream_type:
+        return types.intp(rng), lambda context, builder, sig, args: context.get_constant(
+            types.intp, 0)
+
+    def codegen(context, builder, signature, args):
+        slots, _ = _payload_slots(context, builder, signature.args[0], args[0])
+        return context.make_tuple(builder, _WORDS, [builder.load(slots[0]), builder.load(slots[1])])
+
+    return _WORDS(rng), codegen
+
+
+@intrinsic
+def release(typingctx, rng, state):
+    """Write a held state back into ``rng`` (nothing for another source)."""
+    if rng != stream_type:
+        return types.void(rng, state), lambda context, builder, sig, args: context.get_dummy_value()
+
+    def codegen(context, builder, signature, args):
+        slots, _ = _payload_slots(context, builder, signature.args[0], args[0])
+        for k in range(2):
+            builder.store(builder.extract_value(args[1], k), slots[k])
+        return context.get_dummy_value()
+
+    return types.void(rng, state), codegen
+
+
+def _held_draw(rng, state, digit_type):
+    """Signature and codegen of a draw of one digit (``digit_type``: float64
+    or int64) from a held state."""
+    sig = types.Tuple((digit_type, state))(rng, state)
+    as_float = digit_type == types.float64
+    if rng != stream_type:
+        if as_float:
+            def impl(rng, state):
+                return rng.random() * 9007199254740992.0, state
+        else:
+            def impl(rng, state):
+                return np.int64(rng.random() * 9007199254740992.0), state
+        return sig, lambda context, builder, sig, args: _other_source(
+            context, builder, sig, args, impl)
+
+    def codegen(context, builder, signature, args):
+        slots, invariant = _payload_slots(context, builder, signature.args[0], args[0])
+        inc_hi, inc_lo = builder.load(slots[2]), builder.load(slots[3])
+        inc_hi.set_metadata("invariant.load", invariant)
+        inc_lo.set_metadata("invariant.load", invariant)
+        hi, lo = (builder.extract_value(args[1], k) for k in range(2))
+        high, low, output = _pcg64_next(builder, hi, lo, inc_hi, inc_lo)
+        # The output's top 53 bits: rng.random()'s digit, (output >> 11) *
+        # 2**-53 * 2**53 exactly; as a float through a signed conversion (one
+        # instruction; x86 has no unsigned one below AVX-512), exact below 2**53.
+        digit = builder.lshr(output, ir.Constant(ir.IntType(64), 11))
+        if as_float:
+            digit = builder.sitofp(digit, ir.DoubleType())
+        words = context.make_tuple(builder, _WORDS, [high, low])
+        return context.make_tuple(builder, signature.return_type, [digit, words])
+
+    return sig, codegen
+
+
+@intrinsic
+def held_digit(typingctx, rng, state):
+    """(digit, next state): ``rng.random() * 2**53`` drawn from a held state."""
+    return _held_draw(rng, state, types.float64)
+
+
+@intrinsic
+def held_int_digit(typingctx, rng, state):
+    """(digit, next state): :func:`held_digit`'s digit as an int64."""
+    return _held_draw(rng, state, types.int64)
 
 
 class _PCG64StreamType(types.StructRef):

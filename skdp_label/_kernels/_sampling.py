@@ -28,6 +28,7 @@ import numpy as np
 
 from ._philox import begin_row
 from ._intrinsics import float_bits, opaque, prefetch
+from ._pcg64 import held_digit, held_int_digit, hold, release
 from ._twin import MAX_DRAWS, kernel_for
 
 _DIGIT = 2.0**53  # one digit = the 53 random bits of rng.random()
@@ -380,12 +381,62 @@ def alias_records(prob, alias):
     smallest float >= j + prob[j]: fl(j + prob[j]), or the next float up
     when that rounded down (its difference from j, exact, is below prob[j]).
     The same picks as the table, digit for digit."""
+    j, threshold, other = _alias_thresholds(prob, alias)
+    return np.ascontiguousarray(np.stack([threshold, other, j - other], axis=1).reshape(-1))
+
+
+def _alias_thresholds(prob, alias):
+    """(j, t_j, alias) of :func:`alias_records`, as float arrays."""
     prob = np.asarray(prob, dtype=np.float64)
     j = np.arange(prob.shape[0], dtype=np.float64)
     total = j + prob
     threshold = np.where(total - j < prob, np.nextafter(total, np.inf), total)
-    other = np.asarray(alias, dtype=np.float64)
-    return np.ascontiguousarray(np.stack([threshold, other, j - other], axis=1).reshape(-1))
+    return j, threshold, np.asarray(alias, dtype=np.float64)
+
+
+def cell_records(prob, alias, cell):
+    """The alias table ``(prob, alias)`` of a table of cells (entries
+    t = -T, ..., T of :func:`staircase_additive_bulk`, ``cell = L`` values
+    each) packed for :func:`_cell_pick`: one 40-byte record per entry j,
+    (t_j, s(a), s(j) - s(a), g(a), g(j) - g(a)) with a = alias[j], t_j the
+    threshold of :func:`alias_records`, g the entry's sign (-1, 0, 1) and s
+    its first value, g(t) (1 + L (|t| - 1)) (0 for the cell of 0), so that
+    a draw's value is s + g i for its offset i: no per-label arithmetic on
+    the entry's index. Exact: every s and difference is an integer below
+    2**53 in magnitude (``1 + L T <= 2**52`` is checked), and so is s + g i.
+    The same entries as :func:`alias_records`, digit for digit."""
+    j, threshold, other = _alias_thresholds(prob, alias)
+    half = (j.shape[0] - 1) // 2
+    cell = float(cell)
+    if not 1.0 + cell * half <= 2.0**52:
+        raise ValueError(f"a table of {half} cells of {cell:g} values exceeds 2**52 values.")
+    t, t_other = j - half, other - half
+    # + 0.0: the cell of 0's first value is +0.0, not sign(0) (1 - L) = -0.0.
+    first = np.sign(t) * (1.0 + cell * (np.abs(t) - 1.0)) + 0.0
+    first_other = np.sign(t_other) * (1.0 + cell * (np.abs(t_other) - 1.0)) + 0.0
+    return np.ascontiguousarray(np.stack([
+        threshold, first_other, first - first_other,
+        np.sign(t_other), np.sign(t) - np.sign(t_other),
+    ], axis=1).reshape(-1))
+
+
+def envelope_records(prob, alias, cell, squeeze):
+    """:func:`cell_records` of a Gaussian envelope's table
+    (``gaussian_cell_table``) with two more columns, (q(a), q(j) - q(a)):
+    q the squeeze of the entry's cell (``squeeze[|t|]``, an integer below
+    2**53) and 0 for the cell of 0 (its proposals all take the rare path),
+    for :func:`_gaussian_additive`: 56 bytes a record, no second table
+    read."""
+    records = cell_records(prob, alias, cell).reshape(-1, 5)
+    half = (records.shape[0] - 1) // 2
+    j = np.arange(records.shape[0])
+    other = np.asarray(alias, dtype=np.int64)
+    least = np.asarray(squeeze, dtype=np.float64)[np.abs(j - half)]
+    least[half] = 0.0
+    least_other = least[other]
+    return np.ascontiguousarray(np.concatenate(
+        [records, np.stack([least_other, least - least_other], axis=1)], axis=1,
+    ).reshape(-1))
 
 
 _NO_STEPS = np.zeros((0, 4))
@@ -433,13 +484,16 @@ def staircase_additive_bulk(
     values ``start, ..., start + m - 1``; the value is drawn uniformly inside
     the entry from a fresh digit (exactly, by rejection).
 
-    ``records``: :func:`alias_records` of the table, if kept from an earlier
-    call (packing a large table costs about as much as 10,000 labels).
+    ``records``: :func:`alias_records` of the table (:func:`cell_records`
+    for a table of cells), if kept from an earlier call (packing a large
+    table costs about as much as 10,000 labels).
     """
-    cells = alias_records(prob, alias) if records is None else records
+    if records is None:
+        cell = bulk[4]
+        records = cell_records(prob, alias, cell) if cell > 1.0 else alias_records(prob, alias)
     out = np.empty(y.shape[0], dtype=np.float64)
     kernel_for(_staircase_additive_bulk, rng, y.shape[0])(
-        y, rng, granularity, c, bulk, cells, _NO_STEPS if steps is None else steps, clip, lo, hi,
+        y, rng, granularity, c, bulk, records, _NO_STEPS if steps is None else steps, clip, lo, hi,
         out,
     )
     return out
@@ -467,11 +521,26 @@ def _alias_pick(v, records):
     """The entry an alias table (:func:`alias_records`) picks for ``v``
     uniform on [0, k): cell j = floor(v), kept if v is below its threshold,
     else its alias (as a float)."""
-    at = 3 * min(np.int64(v), records.shape[0] // 3 - 1)
+    # An unsigned index (v >= 0): no negative-index wraparound on the loads.
+    at = np.uint64(3) * np.uint64(min(np.int64(v), records.shape[0] // 3 - 1))
     # Selected by arithmetic on floats (exact integers): an integer or
     # boolean select lets LLVM turn it into a branch on the loaded
     # threshold, mispredicted about half the time (5x slower).
-    return records[at + 1] + (v < records[at]) * records[at + 2]
+    return records[at + np.uint64(1)] + (v < records[at]) * records[at + np.uint64(2)]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _cell_pick(v, records, stride):
+    """(record offset, kept, first value, sign) of the entry a table of cells
+    picks for ``v`` uniform on [0, 2T + 1), with ``stride`` floats a record
+    (:func:`cell_records`: 5; :func:`envelope_records`: 7): as
+    :func:`_alias_pick`, the same entry. A record's further columns pairs
+    (x(a), x(j) - x(a)) are read as ``records[at + c] + kept * records[at +
+    c + 1]``."""
+    at = np.uint64(stride) * np.uint64(min(np.int64(v), records.shape[0] // stride - 1))
+    keep = v < records[at]
+    first = records[at + np.uint64(1)] + keep * records[at + np.uint64(2)]
+    return at, keep, first, records[at + np.uint64(3)] + keep * records[at + np.uint64(4)]
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -513,33 +582,43 @@ def _staircase_additive_bulk(y, rng, granularity, c, bulk, records, steps, clip,
     bits_mask = (np.int64(1) << shift) - 1
     half = (records.shape[0] // 3 - 1) // 2  # entries -half, ..., half
     inv_granularity = 1.0 / granularity
+    # The generator's state held in registers (see _pcg64.hold): released
+    # around the rare calls that draw from rng themselves, and at the end.
+    state = hold(rng)
     for i in range(y.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
-        d = _digit(rng)
+        d, state = held_digit(rng, state)
         z = np.nan  # the bulk, unless the tail
         if d <= qd:  # one compare on the hot path; the tie d = qd reads on
+            release(rng, state)
             z = _staircase_tail(d, qd, frac, c, m0, rng)
+            state = hold(rng)
         if z != z and steps.shape[0] > 0:
             j = np.int64(_alias_pick((d - qd) * scale, records))
-            e = _digit(rng)
+            e, state = held_digit(rng, state)
             while e >= steps[j, 2]:  # probability below m / 2**53
-                e = _digit(rng)
+                e, state = held_digit(rng, state)
             z = steps[j, 0] + _float_residue(e, steps[j, 1], steps[j, 3])
+        elif z != z and cell > 1.0:
+            # The cell's first value and sign from its record (cell_records).
+            _, _, first, sign = _cell_pick((d - qd) * scale, records, 5)
+            # The offset's digit is read for the cell of 0 too (and dropped:
+            # sign 0): a read that depends on the cell picked made LLVM
+            # select the generator's state on the table's load.
+            e, state = held_int_digit(rng, state)
+            offset = e >> shift
+            if (e & bits_mask) >= squeeze:  # rare (about lam L): the exact test
+                release(rng, state)
+                offset = _laplace_cell_offset(e, shift, lam, rng)
+                state = hold(rng)
+            # Exact integers; the cell of 0 gives +0.0 (0 + 0 i, and the
+            # record's sums x + (-x) round to +0.0). No branch on the sign
+            # (a coin flip).
+            z = first + sign * float(offset)
         elif z != z:
             z = _alias_pick((d - qd) * scale, records) - half
-            if cell > 1.0:
-                # The offset's digit is read for the cell of 0 too (and
-                # dropped): a read that depends on the cell picked made LLVM
-                # select the generator's state on the table's load.
-                e = np.int64(_digit(rng))
-                offset = e >> shift
-                if (e & bits_mask) >= squeeze:  # rare (about lam L): the exact test
-                    offset = _laplace_cell_offset(e, shift, lam, rng)
-                # copysign: a branch on the sign would be mispredicted half
-                # the time; the mask (z != 0) keeps 0 (as +0.0: the copysign
-                # on +0.0 is positive).
-                z = (z != 0.0) * np.copysign(1.0 + cell * (abs(z) - 1.0) + float(offset), z)
         out[i] = _shift_on_grid(y[i], z, granularity, inv_granularity, clip, lo, hi)
+    release(rng, state)
     return out
 
 
@@ -576,14 +655,14 @@ def gaussian_additive(y, rng, granularity, table, clip, lo, hi, records=None):
     """Labels rounded to the grid plus discrete Gaussian noise in grid units,
     clipped (as :func:`staircase_additive`), drawn by rejection from the
     envelope of ``table`` (``gaussian_cell_table``): about two digits a label.
-    ``records``: :func:`alias_records` of the table, if kept from an earlier
-    call (as for :func:`staircase_additive_bulk`)."""
+    ``records``: :func:`envelope_records` of the table, if kept from an
+    earlier call (as for :func:`staircase_additive_bulk`)."""
     out = np.empty(y.shape[0], dtype=np.float64)
     kernel = kernel_for(_gaussian_additive, rng, y.shape[0])
     g, prob, alias, squeeze = table
     if records is None:
-        records = alias_records(prob, alias)
-    kernel(y, rng, granularity, g, records, squeeze, clip, lo, hi, out)
+        records = envelope_records(prob, alias, g[4], squeeze)
+    kernel(y, rng, granularity, g, records, clip, lo, hi, out)
     return out
 
 
@@ -619,41 +698,49 @@ def _gaussian_cell_rare(t, offset, bits, m_first, inv_two_var, unit_f, rng):
 
 
 @numba.njit(cache=True, nogil=True)
-def _gaussian_additive(y, rng, granularity, g, records, squeeze, clip, lo, hi, out):
-    qd, scale, half, cell, shift = g[0], g[2], g[3], g[4], np.int64(g[5])  # g[1]: the tail's
+def _gaussian_additive(y, rng, granularity, g, records, clip, lo, hi, out):
+    qd, scale, cell, shift = g[0], g[2], g[4], np.int64(g[5])  # g[1]: the tail's
     inv_two_var = g[7]
     unit = np.int64(1) << shift
     unit_f = float(unit)
     inv_granularity = 1.0 / granularity
+    state = hold(rng)  # in registers (see _staircase_additive_bulk)
     for i in range(y.shape[0]):
         begin_row(rng, i)  # keyed releases: row i reads its own stream
         while True:  # proposals until one is accepted
-            d = _digit(rng)
+            d, state = held_digit(rng, state)
             if d <= qd:  # the tail |Z| >= m0 (rare), or a tie
+                release(rng, state)
                 z = _gaussian_tail(d, g, rng)
+                state = hold(rng)
                 if z == np.inf:  # rejected
                     continue
                 if z == z:  # accepted (nan: the bulk)
                     break
-            t = _alias_pick((d - qd) * scale, records) - half  # the same digit: a cell
+            # The same digit picks a cell: its first value, sign and squeeze
+            # from its record (envelope_records).
+            at, keep, first, sign = _cell_pick((d - qd) * scale, records, 7)
             if cell == 1.0:  # one value a cell: its weight is the envelope's
-                z = t
+                z = first
                 break
             # One digit: its top log2(L) bits are the offset, the others start
             # the uniform of the acceptance Bernoulli (read on in a tie).
-            e = np.int64(_digit(rng))
+            e, state = held_int_digit(rng, state)
             offset = e >> shift
             bits = e & (unit - 1)
-            m_first = 1.0 + cell * (abs(t) - 1.0)
             # One rare branch: bits under the cell's smallest acceptance accept
-            # (the cell of 0 has squeeze 0: never).
-            if bits < squeeze[np.int64(abs(t))]:
-                z = np.copysign(m_first + offset, t)
+            # (the cell of 0 has squeeze 0: never). Exact integers below 2**53.
+            if float(bits) < records[at + np.uint64(5)] + keep * records[at + np.uint64(6)]:
+                z = first + sign * float(offset)
                 break
-            z = _gaussian_cell_rare(t, offset, bits, m_first, inv_two_var, unit_f, rng)
+            release(rng, state)
+            # The rare path as for t = sign (it reads only t's sign and t == 0).
+            z = _gaussian_cell_rare(sign, offset, bits, abs(first), inv_two_var, unit_f, rng)
+            state = hold(rng)
             if z != np.inf:
                 break
         out[i] = _shift_on_grid(y[i], z, granularity, inv_granularity, clip, lo, hi)
+    release(rng, state)
     return out
 
 

@@ -10,6 +10,9 @@ rebound to pure-Python equivalents:
 * every jitted callee -> its own twin (recursively);
 * :func:`~._philox.begin_row` -> what its overload does (nothing for a numpy
   ``Generator``, ``rng.begin_row(i)`` otherwise);
+* the held state of :mod:`._pcg64` (``hold``, ``held_digit``,
+  ``held_int_digit``, ``release``) -> draws from ``rng`` itself, as their
+  overloads for a numpy ``Generator`` do;
 * the intrinsics -> :func:`~._intrinsics.prefetch` does nothing,
   :func:`~._intrinsics.float_bits` is the IEEE-754 bit pattern (a Python
   int: the kernels only subtract patterns of non-negative floats, which
@@ -44,7 +47,7 @@ from numba.core.dispatcher import Dispatcher
 from numba.core.extending import _Intrinsic
 
 from ._intrinsics import float_bits, opaque, prefetch
-from ._pcg64 import call_with_stream, inlinable
+from ._pcg64 import call_with_stream, held_digit, held_int_digit, hold, inlinable, release
 from ._philox import begin_row
 
 __all__ = ["twin", "kernel_for", "call_exact", "would_compile", "MAX_DRAWS", "MAX_LABELS",
@@ -82,6 +85,22 @@ def _prefetch(array, index):
 
 def _opaque(x):
     return x
+
+
+def _hold(rng):
+    return None
+
+
+def _held_digit(rng, state):
+    return rng.random() * 9007199254740992.0, state
+
+
+def _held_int_digit(rng, state):
+    return int(rng.random() * 9007199254740992.0), state
+
+
+def _release(rng, state):
+    return None
 
 
 def _begin_row(rng, i):
@@ -139,7 +158,8 @@ class _Numpy:
 
 
 _GLOBALS = {id(begin_row): _begin_row, id(prefetch): _prefetch, id(float_bits): _float_bits,
-            id(opaque): _opaque, id(np): _Numpy()}
+            id(opaque): _opaque, id(np): _Numpy(), id(hold): _hold, id(held_digit): _held_digit,
+            id(held_int_digit): _held_int_digit, id(release): _release}
 _TWINS = {}
 _INTERPRETED = {}  # kernel -> units of work its twin has done in this process
 _IN_CACHE = {}  # kernel -> whether the numba cache held its code at its first call

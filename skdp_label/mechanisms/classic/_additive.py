@@ -28,7 +28,9 @@ from sklearn.utils._param_validation import StrOptions
 from ..._accountant import BudgetAccountant
 from ..._kernels._sampling import (
     alias_records,
+    cell_records,
     discrete_gaussian,
+    envelope_records,
     gaussian_additive,
     max_staircase_magnitude,
     bulk_constants,
@@ -237,7 +239,12 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
                         *head, starts, sizes = table
                         table = (*head, 1, 0, step_records(starts, sizes))
                 # Packed for the kernel once (public, like the table).
-                records = None if table is None else alias_records(*table[2:4])
+                if table is None:
+                    records = None
+                elif table[4] > 1:  # a table of cells
+                    records = cell_records(*table[2:5])
+                else:
+                    records = alias_records(*table[2:4])
                 cached = self._alias_table = (key, table, records)
             _, table, records = cached
             if table is not None:
@@ -577,7 +584,8 @@ class Gaussian(BaseAdditiveMechanism):
         if cached is None or cached[0] != sigma:  # rebuilt after a refit
             table = gaussian_cell_table(sigma)
             # Packed for the kernel once (public, like the table).
-            records = None if table is None else alias_records(table[1], table[2])
+            records = None if table is None else envelope_records(
+                table[1], table[2], table[0][4], table[3])
             cached = self._cell_table = (sigma, table, records)
         _, table, records = cached
         if table is None:
