@@ -83,13 +83,44 @@ def test_the_stream_continues_after_numpys_own_draws_and_keeps_its_buffer():
 
 def test_a_raising_kernel_spends_the_digits_it_read():
     # The digits drawn before the error are spent: the next release must not
-    # read them again.
+    # read them again (the Generator jumps past them).
     mine, reference = np.random.default_rng(3), np.random.default_rng(3)
     out = np.zeros(50)
     with pytest.raises(ValueError, match="stopped"):
         call_with_stream(_fill_then_raise, mine, mine, out, 20)
     assert np.array_equal(out[:20], reference.random(20))
+    reference.bit_generator.advance(_pcg64._JUMP_ON_ERROR)
     assert mine.bit_generator.state == reference.bit_generator.state
+
+
+@numba.njit(nogil=True)
+def _held_fill_then_raise(rng, out, stop):
+    # Raises with digits drawn from a held state that was never released.
+    state = _pcg64.hold(rng)
+    for i in range(out.shape[0]):
+        if i == stop:
+            raise ValueError("stopped")
+        d, state = _pcg64.held_digit(rng, state)
+        out[i] = d
+    _pcg64.release(rng, state)
+
+
+def test_a_kernel_raising_inside_a_hold_never_lets_its_digits_be_read_again():
+    rng = np.random.default_rng(5)
+    out = np.zeros(64)
+    with pytest.raises(ValueError, match="stopped"):
+        call_with_stream(_held_fill_then_raise, rng, rng, out, 40)
+    read = out[:40] / 2.0**53
+    assert np.array_equal(read, np.random.default_rng(5).random(40))
+    # The stream was never written, yet the next release does not start at those digits.
+    after = rng.random(10_000)
+    assert not np.isin(read, after).any()
+    # Mutation: without the jump, the next draws are exactly the digits already read.
+    replay = np.random.default_rng(5)
+    with pytest.raises(ValueError, match="stopped"):
+        call_with_stream(_held_fill_then_raise, replay, replay, out, 40)
+    replay.bit_generator.advance(-_pcg64._JUMP_ON_ERROR % (1 << 128))
+    assert np.array_equal(replay.random(40), read)
 
 
 def test_two_threads_on_one_generator_never_share_digits():

@@ -42,6 +42,9 @@ __all__ = ["PCG64Stream", "call_with_stream", "inlinable", "stream_type", "hold"
 # numpy's PCG_DEFAULT_MULTIPLIER_128
 _MULTIPLIER = (2549297995355413924 << 64) + 4865540595714422341
 _MASK64 = (1 << 64) - 1
+# Steps a Generator jumps after a kernel raised (call_with_stream): more than
+# any call draws (a call draws at most a few digits per label).
+_JUMP_ON_ERROR = 1 << 80
 
 
 def _payload_slots(context, builder, stream_ty, stream):
@@ -123,10 +126,11 @@ _WORDS = types.UniTuple(types.uint64, 2)
 # held_digit(rng, state)``: the same digits as ``_digit(rng)``, in the same
 # order) and *release* it into ``rng`` (``release(rng, state)``) before any
 # call that draws from ``rng`` itself (then ``state = hold(rng)`` again) and
-# at the end. Between a hold and its release the kernel's own code must not
-# raise: the digits drawn since the hold would not be written back, and the
-# next release would read them again (the rare paths that may raise are
-# out-of-line calls, made with the state released). For any other source
+# at the end. Between a hold and its release the kernel's own code should not
+# raise: the digits drawn since the hold are not written back (the rare paths
+# that may raise are out-of-line calls, made with the state released); if it
+# does, call_with_stream makes the Generator jump far past them, so they are
+# never drawn again either way. For any other source
 # (a numpy Generator, keyed rows) the held state is a dummy and the draws go
 # to ``rng.random()``. The Python twins bind these four to the same draws
 # from ``rng`` (``_twin``). They are intrinsics, not overloads: a stream's
@@ -296,8 +300,13 @@ def call_with_stream(kernel, rng, *args):
     """``kernel(*args)``, each ``rng`` among ``args`` replaced by a
     :class:`PCG64Stream` of its state when ``rng`` is a ``Generator`` on
     numpy's ``PCG64`` (else ``kernel(*args)`` as it is); ``rng`` ends in the
-    state it would have reached drawing the kernel's digits itself, also
-    when the kernel raises."""
+    state it would have reached drawing the kernel's digits itself.
+
+    When the kernel raises, it may have drawn from a held state (:func:`hold`)
+    that was never released into the stream: ``rng`` then jumps
+    :data:`_JUMP_ON_ERROR` steps past the stream's state, beyond any digit
+    one call can read, so that no digit is ever drawn twice, whatever the
+    kernel's hold discipline."""
     if not inlinable(rng):
         return kernel(*args)
     bit_generator = rng.bit_generator
@@ -305,8 +314,13 @@ def call_with_stream(kernel, rng, *args):
         full_state = bit_generator.state
         words = full_state["state"]
         stream = PCG64Stream(words["state"], words["inc"])
+        completed = False
         try:
-            return kernel(*[stream if a is rng else a for a in args])
+            result = kernel(*[stream if a is rng else a for a in args])
+            completed = True
+            return result
         finally:
             words["state"] = stream.state
             bit_generator.state = full_state
+            if not completed:
+                bit_generator.advance(_JUMP_ON_ERROR)
