@@ -30,9 +30,10 @@ from numba import types
 from numba.core import cgutils
 from numba.core.runtime.nrtdynmod import _meminfo_struct_type
 from numba.experimental import structref
-from numba.extending import intrinsic, overload_method
+from numba.extending import intrinsic, overload, overload_method
 
-__all__ = ["PCG64Stream", "call_with_stream", "inlinable", "stream_type"]
+__all__ = ["PCG64Stream", "call_with_stream", "inlinable", "stream_type", "stream_words",
+           "random_from"]
 
 # numpy's PCG_DEFAULT_MULTIPLIER_128
 _MULTIPLIER = (2549297995355413924 << 64) + 4865540595714422341
@@ -82,6 +83,71 @@ def _pcg64_step(typingctx, stream):
         rotate_right = builder.module.declare_intrinsic(
             "llvm.fshr.i64", fnty=ir.FunctionType(i64, [i64, i64, i64]))
         return builder.call(rotate_right, [folded, folded, rotation])
+
+    return sig, codegen
+
+
+def _stream_slots(context, builder, stream_type_, stream):
+    """Pointers to the (hi, lo, inc_hi, inc_lo) words of a stream's payload
+    (the payload pointer loaded as ``invariant.load``, see _pcg64_step)."""
+    invariant = builder.module.add_metadata([])
+    ref = cgutils.create_struct_proxy(stream_type_)(context, builder, value=stream)
+    meminfo = builder.bitcast(ref.meminfo, _meminfo_struct_type.as_pointer())
+    payload = builder.load(cgutils.gep(builder, meminfo, 0, 3))  # MemInfo.data
+    payload.set_metadata("invariant.load", invariant)
+    model = context.data_model_manager[stream_type_.get_data_type()]
+    payload = builder.bitcast(payload, model.get_value_type().as_pointer())
+    return [cgutils.gep_inbounds(builder, payload, 0, model.get_field_position(name))
+            for name in ("hi", "lo", "inc_hi", "inc_lo")], invariant
+
+
+@intrinsic
+def _pcg64_words(typingctx, stream):
+    """The (hi, lo) words of ``stream``'s state, as values."""
+    sig = types.UniTuple(types.uint64, 2)(stream)
+
+    def codegen(context, builder, signature, args):
+        slots, _ = _stream_slots(context, builder, signature.args[0], args[0])
+        words = [builder.load(slot) for slot in slots[:2]]
+        return context.make_tuple(builder, signature.return_type, words)
+
+    return sig, codegen
+
+
+@intrinsic
+def _pcg64_step_from(typingctx, stream, hi, lo):
+    """One PCG64 step from the state (hi, lo) held in registers: (output,
+    hi', lo'), the new state also stored into ``stream``'s payload (so that
+    the payload is always current: written back by call_with_stream, also
+    when a kernel raises), but never read back from it: a loop that carries
+    (hi, lo) keeps the chain of steps in registers, where a reload after
+    every store that may alias the payload (any array store) put a memory
+    round trip into it."""
+    sig = types.UniTuple(types.uint64, 3)(stream, types.uint64, types.uint64)
+
+    def codegen(context, builder, signature, args):
+        i64, i128 = ir.IntType(64), ir.IntType(128)
+        slots, invariant = _stream_slots(context, builder, signature.args[0], args[0])
+        inc_hi, inc_lo = (builder.load(slot) for slot in slots[2:])
+        inc_hi.set_metadata("invariant.load", invariant)
+        inc_lo.set_metadata("invariant.load", invariant)
+
+        def joined(high, low):
+            high = builder.shl(builder.zext(high, i128), ir.Constant(i128, 64))
+            return builder.or_(high, builder.zext(low, i128))
+
+        state = builder.add(builder.mul(joined(args[1], args[2]), ir.Constant(i128, _MULTIPLIER)),
+                            joined(inc_hi, inc_lo))
+        high = builder.trunc(builder.lshr(state, ir.Constant(i128, 64)), i64)
+        low = builder.trunc(state, i64)
+        builder.store(high, slots[0])
+        builder.store(low, slots[1])
+        rotation = builder.trunc(builder.lshr(state, ir.Constant(i128, 122)), i64)
+        folded = builder.xor(high, low)
+        rotate_right = builder.module.declare_intrinsic(
+            "llvm.fshr.i64", fnty=ir.FunctionType(i64, [i64, i64, i64]))
+        output = builder.call(rotate_right, [folded, folded, rotation])
+        return context.make_tuple(builder, signature.return_type, [output, high, low])
 
     return sig, codegen
 
@@ -180,3 +246,51 @@ def call_with_stream(kernel, rng, *args):
         finally:
             words["state"] = stream.state
             bit_generator.state = full_state
+
+
+# -- the state in registers ---------------------------------------------------
+# A kernel's hot loop may carry the stream's state as a value:
+#
+#     s = stream_words(rng)
+#     for i in ...:
+#         u, s = random_from(rng, s)      # the next uniform, the state after it
+#         if rare:
+#             x = helper(rng)               # draws from rng itself
+#             s = stream_words(rng)         # so take the state up again
+#
+# The same draws as ``rng.random()`` in the same order (each step also
+# stores the state into the stream, which stays current); for another source
+# (a numpy Generator, keyed rows) ``s`` is a placeholder and
+# ``random_from`` is ``rng.random()``. In Python (the kernels' twins) the
+# same: the source draws, and the placeholder is None. Forgetting to take
+# the state up after a helper drew would replay digits: the twins, which
+# always draw from the source, would then differ from the kernel
+# (tests/test_twins.py).
+
+
+def stream_words(rng):
+    """The state a kernel carries for ``rng`` (see above): None in Python."""
+    return None
+
+
+def random_from(rng, state):
+    """``(rng.random(), state after it)`` (see above)."""
+    return rng.random(), state
+
+
+@overload(stream_words, inline="always")
+def _stream_words_overload(rng):
+    if isinstance(rng, _PCG64StreamType):
+        return lambda rng: _pcg64_words(rng)
+    return lambda rng: (np.uint64(0), np.uint64(0))
+
+
+@overload(random_from)
+def _random_from_overload(rng, state):
+    if isinstance(rng, _PCG64StreamType):
+        def impl(rng, state):
+            output, hi, lo = _pcg64_step_from(rng, state[0], state[1])
+            return (output >> np.uint64(11)) * (1.0 / 9007199254740992.0), (hi, lo)
+
+        return impl
+    return lambda rng, state: (rng.random(), state)

@@ -28,6 +28,7 @@ import numpy as np
 
 from ._philox import begin_row
 from ._intrinsics import float_bits, opaque, prefetch
+from ._pcg64 import random_from, stream_words
 from ._twin import MAX_DRAWS, kernel_for
 
 _DIGIT = 2.0**53  # one digit = the 53 random bits of rng.random()
@@ -1113,7 +1114,8 @@ def _discrete_rows_kernel(rows_from, draw_by):
     """The kernel of :func:`sample_rows` for one path.
 
     ``rows_from`` is ``'codes'`` (row codes given), ``'grid'`` (labels
-    rounded onto a grid) or ``'pieces'`` (each label's end of its piece:
+    rounded onto a grid), ``'nearest'`` (the nearest point of an arithmetic
+    grid) or ``'pieces'`` (each label's end of its piece:
     ``values`` and ``right`` hold the pieces' ends, ``par`` their lookup
     from :func:`piece_lookup`, see :func:`sample_rows`); ``draw_by`` is ``'rr'`` (k-ary randomized
     response) or ``'tables'`` (a matrix's tables). They are constants of
@@ -1162,10 +1164,19 @@ def _discrete_rows_kernel(rows_from, draw_by):
         lo_at = ibuf[2]  # rounding: lower neighbour,
         gap_at = fbuf[0]  # its gap to the upper one,
         off_at = fbuf[1]  # and the label's offset from it
+        # The generator's state rides in registers (random_from): a store to
+        # the block buffers or the output would otherwise force a reload of it
+        # from memory between draws. Taken up again after each helper that
+        # draws from rng itself (the rare paths).
+        s = stream_words(rng)
         for start in range(0, n, _BLOCK):
             stop = min(start + _BLOCK, n)
             if rows_from == "pieces":
                 _piece_positions(y, start, stop, values, right, par, lo_at, off_at)
+            elif rows_from == "nearest":  # the rows of nearest_indices, a block at a time
+                _nearest_arithmetic(
+                    y[start:stop], par[0], par[1], par[2], values[k - 1], k, lo_at[: stop - start]
+                )
             elif rows_from == "grid" and k > 1:
                 # Randomized rounding (001 §3): from v_l up to v_h with probability
                 # (v - v_l) / (v_h - v_l); labels outside the grid go to its ends.
@@ -1195,9 +1206,11 @@ def _discrete_rows_kernel(rows_from, draw_by):
                 begin_row(rng, i)  # keyed releases: row i reads its own stream
                 if rows_from == "codes":
                     row = codes[i]
+                elif rows_from == "nearest":
+                    row = lo_at[i - start]
                 elif rows_from == "pieces":
                     # The piece's right end (row 2 p + 1) when u < t: as bits.
-                    u = rng.random()
+                    u, s = random_from(rng, s)
                     row = 2 * lo_at[i - start] - (
                         (float_bits(u) - float_bits(off_at[i - start])) >> 63
                     )
@@ -1206,27 +1219,31 @@ def _discrete_rows_kernel(rows_from, draw_by):
                 else:
                     # Up when u (v_h - v_l) < v - v_l: both >= 0, compared as bits
                     # (branch-free: the outcome is a coin flip).
-                    u = rng.random()
+                    u, s = random_from(rng, s)
                     row = lo_at[i - start] - (
                         (float_bits(u * gap_at[i - start]) - float_bits(off_at[i - start])) >> 63
                     )
                 if draw_by == "rr":
-                    d = _digit(rng)
+                    u, s = random_from(rng, s)
+                    d = u * _DIGIT
                     j = rr_code_common(row, n_classes, d, rr_limit, rr_m)
                     if _rr_rare(d, rr_qd, rr_limit):
                         j = rr_code_rare(row, n_classes, d, rr_qd, rr_frac, rr_m, rng)
+                        s = stream_words(rng)
                     out[i] = outputs[j]
                 else:
                     # Unsigned indices (rows, cells and outputs are >= 0): numba
                     # adds no negative-index wraparound to their loads.
                     r = np.uint64(row)
                     qd = heads[r, 0]
-                    d = _digit(rng)
+                    u, s = random_from(rng, s)
+                    d = u * _DIGIT
                     tail = -1
                     if d <= qd:  # the tail (rare), exactly; a tie d = qd reads on
                         tail = _categorical_tail_draw(
                             row, d, qd, heads[r, 1], rng, order, cdf, group_end, group_q, n_groups
                         )
+                        s = stream_words(rng)
                     if tail >= 0:
                         cell_at[i - start] = -1 - tail
                     else:  # the same digit, uniform on the bulk's share, picks a cell
@@ -1264,6 +1281,7 @@ _DISCRETE_ROWS = {
     (True, False): _discrete_rows_kernel("grid", "tables"),
     (True, True): _discrete_rows_kernel("grid", "rr"),
     ("pieces", False): _discrete_rows_kernel("pieces", "tables"),
+    ("nearest", False): _discrete_rows_kernel("nearest", "tables"),
 }
 
 
@@ -1367,8 +1385,8 @@ def _nearest_arithmetic(y, a, inv_step, step, last, k, codes):
         codes[i] = np.int64(lo + (1.0 if v_hi - v <= v - v_lo else 0.0))
 
 
-def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, pieces=None, tables=None,
-                rr=None):
+def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, pieces=None, nearest=None,
+                tables=None, rr=None):
     """Randomized outputs, one per label, in one pass (see :func:`_discrete_rows_kernel`).
 
     Parameters
@@ -1381,6 +1399,10 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, pieces=None, tab
         Row of each label; or
     y, grid : ndarray, tuple
         Labels rounded (randomized, unbiased) onto ``grid = rounding_grid(values)``; or
+    y, nearest : ndarray
+        Labels and an arithmetic grid (:func:`arithmetic_grid`; with
+        ``tables``): the row of a label is the index of its nearest grid
+        value, :func:`nearest_indices` (fused: no array of codes); or
     y, pieces : ndarray, tuple
         Labels on ``pieces = (left, right)`` (with ``tables``): the row of a
         label in piece ``p`` is ``2 p + 1`` (the right end) with probability
@@ -1405,6 +1427,14 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, pieces=None, tab
         right = np.ascontiguousarray(pieces[1], dtype=np.float64)
         left, par = piece_lookup(left, right)
         grid = (left, _EMPTY_I, par)
+    elif nearest is not None:
+        if codes is not None or grid is not None or use_rr:
+            raise ValueError("nearest goes with labels y and tables only")
+        key = ("nearest", False)
+        grid = rounding_grid(nearest)
+        if grid[1].shape[0]:
+            raise ValueError("nearest rows need an arithmetic grid (arithmetic_grid)")
+        right = _EMPTY_F
     else:
         right = _EMPTY_F
     if not rounding:
