@@ -33,7 +33,7 @@ from numba.experimental import structref
 from numba.extending import intrinsic, overload, overload_method
 
 __all__ = ["PCG64Stream", "call_with_stream", "inlinable", "stream_type", "stream_words",
-           "random_from"]
+           "random_from", "digit_from"]
 
 # numpy's PCG_DEFAULT_MULTIPLIER_128
 _MULTIPLIER = (2549297995355413924 << 64) + 4865540595714422341
@@ -278,6 +278,12 @@ def random_from(rng, state):
     return rng.random(), state
 
 
+def digit_from(rng, state):
+    """``(rng.random() * 2**53, state after it)``: the draw as a 53-bit
+    digit (an exact integer in a float; one multiplication fewer)."""
+    return rng.random() * 9007199254740992.0, state
+
+
 @overload(stream_words, inline="always")
 def _stream_words_overload(rng):
     if isinstance(rng, _PCG64StreamType):
@@ -294,3 +300,14 @@ def _random_from_overload(rng, state):
 
         return impl
     return lambda rng, state: (rng.random(), state)
+
+
+@overload(digit_from)
+def _digit_from_overload(rng, state):
+    if isinstance(rng, _PCG64StreamType):
+        def impl(rng, state):
+            output, hi, lo = _pcg64_step_from(rng, state[0], state[1])
+            return float(output >> np.uint64(11)), (hi, lo)
+
+        return impl
+    return lambda rng, state: (rng.random() * 9007199254740992.0, state)

@@ -28,7 +28,7 @@ import numpy as np
 
 from ._philox import begin_row
 from ._intrinsics import float_bits, opaque, prefetch
-from ._pcg64 import random_from, stream_words
+from ._pcg64 import digit_from, random_from, stream_words
 from ._twin import MAX_DRAWS, kernel_for
 
 _DIGIT = 2.0**53  # one digit = the 53 random bits of rng.random()
@@ -1091,12 +1091,14 @@ def _arithmetic_rounding(y, start, stop, par, last, k, lo_at, gap_at, off_at):
     an arithmetic grid. A function of its own (called once a block): inside
     the kernel, its vectorised loop slowed the kernel's other paths."""
     a, inv_step, step = par[0], par[1], par[2]
-    for i in range(start, stop):
-        v = min(max(y[i], a), last)
+    # Unsigned indices: numba adds no negative-index wraparound, which kept
+    # the loop from loading and storing whole vectors.
+    for j in range(np.uint64(stop - start)):
+        v = min(max(y[np.uint64(start) + j], a), last)
         lo, v_lo, v_hi = arithmetic_neighbours(v, a, inv_step, step, last, k)
-        lo_at[i - start] = np.int64(lo)
-        gap_at[i - start] = v_hi - v_lo
-        off_at[i - start] = v - v_lo + 0.0  # + 0.0: see the kernel
+        lo_at[j] = np.int64(lo)
+        gap_at[j] = v_hi - v_lo
+        off_at[j] = v - v_lo + 0.0  # + 0.0: see the kernel
 
 
 @numba.njit(cache=True, nogil=True)
@@ -1224,8 +1226,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
                         (float_bits(u * gap_at[i - start]) - float_bits(off_at[i - start])) >> 63
                     )
                 if draw_by == "rr":
-                    u, s = random_from(rng, s)
-                    d = u * _DIGIT
+                    d, s = digit_from(rng, s)
                     j = rr_code_common(row, n_classes, d, rr_limit, rr_m)
                     if _rr_rare(d, rr_qd, rr_limit):
                         j = rr_code_rare(row, n_classes, d, rr_qd, rr_frac, rr_m, rng)
@@ -1236,8 +1237,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
                     # adds no negative-index wraparound to their loads.
                     r = np.uint64(row)
                     qd = heads[r, 0]
-                    u, s = random_from(rng, s)
-                    d = u * _DIGIT
+                    d, s = digit_from(rng, s)
                     tail = -1
                     if d <= qd:  # the tail (rare), exactly; a tie d = qd reads on
                         tail = _categorical_tail_draw(
@@ -1269,7 +1269,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
                         pair = flat[ua + np.uint64(1)]
                         alias = pair >> 32
                         j = np.uint64(alias + (((pair & 0xFFFFFFFF) - alias) & keep))
-                    out[i] = outputs[j]
+                    out[np.uint64(i)] = outputs[j]  # unsigned: no wraparound
 
     return discrete_rows
 
@@ -1496,7 +1496,7 @@ def _piece_positions(y, start, stop, left, right, par, pos_at, t_at):
     and the ``'pieces'`` rows of :func:`sample_rows`."""
     m = left.shape[0]
     a, inv_step, step, last = par[0], par[1], par[2], par[3]
-    for i in range(start, stop):
+    for i in range(np.uint64(start), np.uint64(stop)):  # unsigned: no wraparound (vector loads)
         x = y[i]
         if inv_step > 0.0:
             # Contiguous pieces on evenly spaced starts: the lower neighbour of x
@@ -1506,9 +1506,9 @@ def _piece_positions(y, start, stop, left, right, par, pos_at, t_at):
             lo, a_pos, b_pos = arithmetic_neighbours(v, a, inv_step, step, last, m + 1)
             width = b_pos - a_pos
             t = (x - a_pos) / width if width > 0.0 else 0.0
-            pos_at[i - start] = np.int64(lo)
+            pos_at[i - np.uint64(start)] = np.int64(lo)
             # + 0.0: no -0.0 (its bits compare as negative)
-            t_at[i - start] = min(max(t, 0.0), 1.0) + 0.0
+            t_at[i - np.uint64(start)] = min(max(t, 0.0), 1.0) + 0.0
             continue
         elif m == 1:  # one piece (OPTM, ERM, randomized quantization)
             pos = 0
@@ -1531,9 +1531,9 @@ def _piece_positions(y, start, stop, left, right, par, pos_at, t_at):
         a_pos = left[pos]
         width = right[pos] - a_pos
         t = (x - a_pos) / width if width > 0.0 else 0.0
-        pos_at[i - start] = pos
+        pos_at[i - np.uint64(start)] = pos
         # + 0.0: no -0.0 (its bits compare as negative)
-        t_at[i - start] = min(max(t, 0.0), 1.0) + 0.0
+        t_at[i - np.uint64(start)] = min(max(t, 0.0), 1.0) + 0.0
 
 
 @numba.njit(cache=True, nogil=True)
