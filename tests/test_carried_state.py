@@ -163,9 +163,10 @@ def test_rows_kernel_tables_paths_through_the_stream(path):
         grid = S.rounding_grid(_GRID, arithmetic=path != "grid-buckets")
         rows = _GRID.size
         key = {"grid": (True, False), "grid-buckets": (True, False), "codes": (False, False),
-               "nearest": ("nearest", False)}[path]
+               "nearest": (False, False)}[path]  # nearest: the codes' kernel given labels
         if path == "codes":
             codes = np.random.default_rng(4).integers(0, rows, n)
+            y = S._EMPTY_F
     tables = S.categorical_tables(np.resize(matrix, (rows, matrix.shape[1])), rtol=1e-12)
     kernel, args_for = _rows_args(key, n, y, outputs, grid, right, S._EMPTY_F, tables, codes)
     out = _three_ways(kernel, args_for)

@@ -29,7 +29,7 @@ import numpy as np
 from ._philox import begin_row
 from ._intrinsics import float_bits, opaque, prefetch
 from ._pcg64 import digit_from, random_from, stream_words
-from ._twin import MAX_DRAWS, kernel_for
+from ._twin import MAX_DRAWS, kernel_for, would_compile
 
 _DIGIT = 2.0**53  # one digit = the 53 random bits of rng.random()
 _DIGIT_INT = 2**53
@@ -1115,9 +1115,10 @@ def _categorical_tail_draw(row, d, qd, frac, rng, order, cdf, group_end, group_q
 def _discrete_rows_kernel(rows_from, draw_by):
     """The kernel of :func:`sample_rows` for one path.
 
-    ``rows_from`` is ``'codes'`` (row codes given), ``'grid'`` (labels
-    rounded onto a grid), ``'nearest'`` (the nearest point of an arithmetic
-    grid) or ``'pieces'`` (each label's end of its piece:
+    ``rows_from`` is ``'codes'`` (row codes given, or, when labels ``y``
+    are, the index of each label's nearest point of the arithmetic grid
+    ``values``: :func:`nearest_indices`, a block at a time), ``'grid'``
+    (labels rounded onto a grid) or ``'pieces'`` (each label's end of its piece:
     ``values`` and ``right`` hold the pieces' ends, ``par`` their lookup
     from :func:`piece_lookup`, see :func:`sample_rows`); ``draw_by`` is ``'rr'`` (k-ary randomized
     response) or ``'tables'`` (a matrix's tables). They are constants of
@@ -1146,6 +1147,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
         """
         k = values.shape[0]
         n_buckets = lower.shape[0]
+        nearest = rows_from == "codes" and y.shape[0] > 0  # rows from labels (sample_rows)
         u_width = np.uint64(width)
         if draw_by == "rr":
             rr_qd, rr_frac, rr_limit, rr_m = rr[0], rr[1], rr[2], rr[3]
@@ -1175,7 +1177,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
             stop = min(start + _BLOCK, n)
             if rows_from == "pieces":
                 _piece_positions(y, start, stop, values, right, par, lo_at, off_at)
-            elif rows_from == "nearest":  # the rows of nearest_indices, a block at a time
+            elif rows_from == "codes" and nearest:  # nearest_indices' rows, a block at a time
                 _nearest_arithmetic(
                     y[start:stop], par[0], par[1], par[2], values[k - 1], k, lo_at[: stop - start]
                 )
@@ -1207,9 +1209,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
             for i in range(start, stop):
                 begin_row(rng, i)  # keyed releases: row i reads its own stream
                 if rows_from == "codes":
-                    row = codes[i]
-                elif rows_from == "nearest":
-                    row = lo_at[i - start]
+                    row = lo_at[i - start] if nearest else codes[i]
                 elif rows_from == "pieces":
                     # The piece's right end (row 2 p + 1) when u < t: as bits.
                     u, s = random_from(rng, s)
@@ -1281,7 +1281,6 @@ _DISCRETE_ROWS = {
     (True, False): _discrete_rows_kernel("grid", "tables"),
     (True, True): _discrete_rows_kernel("grid", "rr"),
     ("pieces", False): _discrete_rows_kernel("pieces", "tables"),
-    ("nearest", False): _discrete_rows_kernel("nearest", "tables"),
 }
 
 
@@ -1430,7 +1429,7 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, pieces=None, nea
     elif nearest is not None:
         if codes is not None or grid is not None or use_rr:
             raise ValueError("nearest goes with labels y and tables only")
-        key = ("nearest", False)
+        key = (False, False)  # the codes' kernel, given labels instead
         grid = rounding_grid(nearest)
         if grid[1].shape[0]:
             raise ValueError("nearest rows need an arithmetic grid (arithmetic_grid)")
@@ -1449,13 +1448,27 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, pieces=None, nea
     else:
         rr = _EMPTY_F
     out = np.empty(n, dtype=np.float64)
+    kernel_for(_DISCRETE_ROWS[key], rng, n)(*_rows_args(codes, y, grid, right, rr, rng, outputs,
+                                                        out, tables))
+    return out
+
+
+def _rows_args(codes, y, grid, right, rr, rng, outputs, out, tables):
+    """The arguments of a :func:`_discrete_rows_kernel` call."""
     outputs = np.ascontiguousarray(outputs, dtype=np.float64)
     heads, cells, *groups = tables
-    kernel_for(_DISCRETE_ROWS[key], rng, n)(
-        codes, y, *grid, right, rr, rng, outputs, out, np.empty((3, _BLOCK), dtype=np.int64),
-        np.empty((2, _BLOCK)), heads, cells.reshape(-1), 2 * cells.shape[1], *groups,
-    )
-    return out
+    return (codes, y, *grid, right, rr, rng, outputs, out, np.empty((3, _BLOCK), dtype=np.int64),
+            np.empty((2, _BLOCK)), heads, cells.reshape(-1), 2 * cells.shape[1], *groups)
+
+
+def nearest_rows_compiled():
+    """Whether ``sample_rows(rng, outputs, y=..., nearest=..., tables=...)``
+    runs compiled code without a compile: its kernel (the codes' kernel,
+    given labels) is loaded or in numba's cache. Otherwise a caller samples
+    the codes of ``nearest_domain_index`` (the same rows and digits), whose
+    call compiles that kernel in the background while its twin runs: a
+    first release does not interpret the nearest rows label by label."""
+    return not would_compile(_DISCRETE_ROWS[False, False])
 
 
 # Pieces up to which a label's piece is the count of three padded starts <= it
