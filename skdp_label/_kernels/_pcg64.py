@@ -54,42 +54,17 @@ def _pcg64_step(typingctx, stream):
     sig = types.uint64(stream)
 
     def codegen(context, builder, signature, args):
-        i64, i128 = ir.IntType(64), ir.IntType(128)
-        invariant = builder.module.add_metadata([])
-        ref = cgutils.create_struct_proxy(signature.args[0])(context, builder, value=args[0])
-        meminfo = builder.bitcast(ref.meminfo, _meminfo_struct_type.as_pointer())
-        payload = builder.load(cgutils.gep(builder, meminfo, 0, 3))  # MemInfo.data
-        payload.set_metadata("invariant.load", invariant)
-        model = context.data_model_manager[signature.args[0].get_data_type()]
-        payload = builder.bitcast(payload, model.get_value_type().as_pointer())
-        slots = [cgutils.gep_inbounds(builder, payload, 0, model.get_field_position(name))
-                 for name in ("hi", "lo", "inc_hi", "inc_lo")]
-        hi, lo, inc_hi, inc_lo = (builder.load(slot) for slot in slots)
-        inc_hi.set_metadata("invariant.load", invariant)
-        inc_lo.set_metadata("invariant.load", invariant)
-
-        def joined(high, low):
-            high = builder.shl(builder.zext(high, i128), ir.Constant(i128, 64))
-            return builder.or_(high, builder.zext(low, i128))
-
-        state = builder.add(builder.mul(joined(hi, lo), ir.Constant(i128, _MULTIPLIER)),
-                            joined(inc_hi, inc_lo))
-        high = builder.trunc(builder.lshr(state, ir.Constant(i128, 64)), i64)
-        low = builder.trunc(state, i64)
-        builder.store(high, slots[0])
-        builder.store(low, slots[1])
-        rotation = builder.trunc(builder.lshr(state, ir.Constant(i128, 122)), i64)
-        folded = builder.xor(high, low)
-        rotate_right = builder.module.declare_intrinsic(
-            "llvm.fshr.i64", fnty=ir.FunctionType(i64, [i64, i64, i64]))
-        return builder.call(rotate_right, [folded, folded, rotation])
+        slots, invariant = _stream_slots(context, builder, signature.args[0], args[0])
+        hi, lo = (builder.load(slot) for slot in slots[:2])
+        return _advance(builder, slots, invariant, hi, lo)[0]
 
     return sig, codegen
 
 
 def _stream_slots(context, builder, stream_type_, stream):
-    """Pointers to the (hi, lo, inc_hi, inc_lo) words of a stream's payload
-    (the payload pointer loaded as ``invariant.load``, see _pcg64_step)."""
+    """Pointers to the (hi, lo, inc_hi, inc_lo) words of a stream's payload,
+    and the ``invariant.load`` metadata: the payload pointer and the
+    increment never change while a stream lives (see _pcg64_step)."""
     invariant = builder.module.add_metadata([])
     ref = cgutils.create_struct_proxy(stream_type_)(context, builder, value=stream)
     meminfo = builder.bitcast(ref.meminfo, _meminfo_struct_type.as_pointer())
@@ -99,6 +74,31 @@ def _stream_slots(context, builder, stream_type_, stream):
     payload = builder.bitcast(payload, model.get_value_type().as_pointer())
     return [cgutils.gep_inbounds(builder, payload, 0, model.get_field_position(name))
             for name in ("hi", "lo", "inc_hi", "inc_lo")], invariant
+
+
+def _advance(builder, slots, invariant, hi, lo):
+    """One step from the state (hi, lo): stores the new state into its
+    ``slots`` and returns (output, new hi, new lo)."""
+    i64, i128 = ir.IntType(64), ir.IntType(128)
+    inc_hi, inc_lo = (builder.load(slot) for slot in slots[2:])
+    inc_hi.set_metadata("invariant.load", invariant)
+    inc_lo.set_metadata("invariant.load", invariant)
+
+    def joined(high, low):
+        high = builder.shl(builder.zext(high, i128), ir.Constant(i128, 64))
+        return builder.or_(high, builder.zext(low, i128))
+
+    state = builder.add(builder.mul(joined(hi, lo), ir.Constant(i128, _MULTIPLIER)),
+                        joined(inc_hi, inc_lo))
+    high = builder.trunc(builder.lshr(state, ir.Constant(i128, 64)), i64)
+    low = builder.trunc(state, i64)
+    builder.store(high, slots[0])
+    builder.store(low, slots[1])
+    rotation = builder.trunc(builder.lshr(state, ir.Constant(i128, 122)), i64)
+    folded = builder.xor(high, low)
+    rotate_right = builder.module.declare_intrinsic(
+        "llvm.fshr.i64", fnty=ir.FunctionType(i64, [i64, i64, i64]))
+    return builder.call(rotate_right, [folded, folded, rotation]), high, low
 
 
 @intrinsic
@@ -126,28 +126,9 @@ def _pcg64_step_from(typingctx, stream, hi, lo):
     sig = types.UniTuple(types.uint64, 3)(stream, types.uint64, types.uint64)
 
     def codegen(context, builder, signature, args):
-        i64, i128 = ir.IntType(64), ir.IntType(128)
         slots, invariant = _stream_slots(context, builder, signature.args[0], args[0])
-        inc_hi, inc_lo = (builder.load(slot) for slot in slots[2:])
-        inc_hi.set_metadata("invariant.load", invariant)
-        inc_lo.set_metadata("invariant.load", invariant)
-
-        def joined(high, low):
-            high = builder.shl(builder.zext(high, i128), ir.Constant(i128, 64))
-            return builder.or_(high, builder.zext(low, i128))
-
-        state = builder.add(builder.mul(joined(args[1], args[2]), ir.Constant(i128, _MULTIPLIER)),
-                            joined(inc_hi, inc_lo))
-        high = builder.trunc(builder.lshr(state, ir.Constant(i128, 64)), i64)
-        low = builder.trunc(state, i64)
-        builder.store(high, slots[0])
-        builder.store(low, slots[1])
-        rotation = builder.trunc(builder.lshr(state, ir.Constant(i128, 122)), i64)
-        folded = builder.xor(high, low)
-        rotate_right = builder.module.declare_intrinsic(
-            "llvm.fshr.i64", fnty=ir.FunctionType(i64, [i64, i64, i64]))
-        output = builder.call(rotate_right, [folded, folded, rotation])
-        return context.make_tuple(builder, signature.return_type, [output, high, low])
+        words = _advance(builder, slots, invariant, args[1], args[2])
+        return context.make_tuple(builder, signature.return_type, list(words))
 
     return sig, codegen
 
