@@ -1093,8 +1093,9 @@ def _arithmetic_rounding(y, start, stop, par, last, k, lo_at, gap_at, off_at):
     a, inv_step, step = par[0], par[1], par[2]
     # Unsigned indices: numba adds no negative-index wraparound, which kept
     # the loop from loading and storing whole vectors.
+    first = np.uint64(start)
     for j in range(np.uint64(stop - start)):
-        v = min(max(y[np.uint64(start) + j], a), last)
+        v = min(max(y[first + j], a), last)
         lo, v_lo, v_hi = arithmetic_neighbours(v, a, inv_step, step, last, k)
         lo_at[j] = np.int64(lo)
         gap_at[j] = v_hi - v_lo
@@ -1509,7 +1510,8 @@ def _piece_positions(y, start, stop, left, right, par, pos_at, t_at):
     and the ``'pieces'`` rows of :func:`sample_rows`."""
     m = left.shape[0]
     a, inv_step, step, last = par[0], par[1], par[2], par[3]
-    for i in range(np.uint64(start), np.uint64(stop)):  # unsigned: no wraparound (vector loads)
+    first = np.uint64(start)
+    for i in range(first, np.uint64(stop)):  # unsigned: no wraparound (vector loads)
         x = y[i]
         if inv_step > 0.0:
             # Contiguous pieces on evenly spaced starts: the lower neighbour of x
@@ -1519,9 +1521,9 @@ def _piece_positions(y, start, stop, left, right, par, pos_at, t_at):
             lo, a_pos, b_pos = arithmetic_neighbours(v, a, inv_step, step, last, m + 1)
             width = b_pos - a_pos
             t = (x - a_pos) / width if width > 0.0 else 0.0
-            pos_at[i - np.uint64(start)] = np.int64(lo)
+            pos_at[i - first] = np.int64(lo)
             # + 0.0: no -0.0 (its bits compare as negative)
-            t_at[i - np.uint64(start)] = min(max(t, 0.0), 1.0) + 0.0
+            t_at[i - first] = min(max(t, 0.0), 1.0) + 0.0
             continue
         elif m == 1:  # one piece (OPTM, ERM, randomized quantization)
             pos = 0
@@ -1544,9 +1546,9 @@ def _piece_positions(y, start, stop, left, right, par, pos_at, t_at):
         a_pos = left[pos]
         width = right[pos] - a_pos
         t = (x - a_pos) / width if width > 0.0 else 0.0
-        pos_at[i - np.uint64(start)] = pos
+        pos_at[i - first] = pos
         # + 0.0: no -0.0 (its bits compare as negative)
-        t_at[i - np.uint64(start)] = min(max(t, 0.0), 1.0) + 0.0
+        t_at[i - first] = min(max(t, 0.0), 1.0) + 0.0
 
 
 @numba.njit(cache=True, nogil=True)
