@@ -29,7 +29,7 @@ import numpy as np
 from ._philox import begin_row
 from ._intrinsics import float_bits, opaque, prefetch
 from ._pcg64 import held_digit, held_int_digit, hold, release
-from ._twin import MAX_DRAWS, kernel_for
+from ._twin import MAX_DRAWS, kernel_for, would_compile
 
 _DIGIT = 2.0**53  # one digit = the 53 random bits of rng.random()
 _DIGIT_INT = 2**53
@@ -1177,12 +1177,15 @@ def _arithmetic_rounding(y, start, stop, par, last, k, lo_at, gap_at, off_at):
     an arithmetic grid. A function of its own (called once a block): inside
     the kernel, its vectorised loop slowed the kernel's other paths."""
     a, inv_step, step = par[0], par[1], par[2]
-    for i in range(start, stop):
-        v = min(max(y[i], a), last)
+    # Unsigned indices: numba adds no negative-index wraparound, which kept
+    # the loop from loading and storing whole vectors.
+    first = np.uint64(start)
+    for j in range(np.uint64(stop - start)):
+        v = min(max(y[first + j], a), last)
         lo, v_lo, v_hi = arithmetic_neighbours(v, a, inv_step, step, last, k)
-        lo_at[i - start] = np.int64(lo)
-        gap_at[i - start] = v_hi - v_lo
-        off_at[i - start] = v - v_lo + 0.0  # + 0.0: see the kernel
+        lo_at[j] = np.int64(lo)
+        gap_at[j] = v_hi - v_lo
+        off_at[j] = v - v_lo + 0.0  # + 0.0: see the kernel
 
 
 @numba.njit(cache=True, nogil=True)
@@ -1199,8 +1202,10 @@ def _categorical_tail_draw(row, d, qd, frac, rng, order, cdf, group_end, group_q
 def _discrete_rows_kernel(rows_from, draw_by):
     """The kernel of :func:`sample_rows` for one path.
 
-    ``rows_from`` is ``'codes'`` (row codes given), ``'grid'`` (labels
-    rounded onto a grid) or ``'pieces'`` (each label's end of its piece:
+    ``rows_from`` is ``'codes'`` (row codes given, or, when labels ``y``
+    are, the index of each label's nearest point of the arithmetic grid
+    ``values``: :func:`nearest_indices`, a block at a time), ``'grid'``
+    (labels rounded onto a grid) or ``'pieces'`` (each label's end of its piece:
     ``values`` and ``right`` hold the pieces' ends, ``par`` their lookup
     from :func:`piece_lookup`, see :func:`sample_rows`); ``draw_by`` is ``'rr'`` (k-ary randomized
     response) or ``'tables'`` (a matrix's tables). They are constants of
@@ -1229,6 +1234,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
         """
         k = values.shape[0]
         n_buckets = lower.shape[0]
+        nearest = rows_from == "codes" and y.shape[0] > 0  # rows from labels (sample_rows)
         u_width = np.uint64(width)
         if draw_by == "rr":
             rr_qd, rr_frac, rr_limit, rr_m = rr[0], rr[1], rr[2], rr[3]
@@ -1249,10 +1255,19 @@ def _discrete_rows_kernel(rows_from, draw_by):
         lo_at = ibuf[2]  # rounding: lower neighbour,
         gap_at = fbuf[0]  # its gap to the upper one,
         off_at = fbuf[1]  # and the label's offset from it
+        # The generator's state is held in registers (_pcg64.hold): a store to
+        # the block buffers or the output would otherwise force a reload of it
+        # from memory between draws. Released into rng around each helper that
+        # draws from rng itself (the rare paths) and at the end.
+        s = hold(rng)
         for start in range(0, n, _BLOCK):
             stop = min(start + _BLOCK, n)
             if rows_from == "pieces":
                 _piece_positions(y, start, stop, values, right, par, lo_at, off_at)
+            elif rows_from == "codes" and nearest:  # nearest_indices' rows, a block at a time
+                _nearest_arithmetic(
+                    y[start:stop], par[0], par[1], par[2], values[k - 1], k, lo_at[: stop - start]
+                )
             elif rows_from == "grid" and k > 1:
                 # Randomized rounding (001 §3): from v_l up to v_h with probability
                 # (v - v_l) / (v_h - v_l); labels outside the grid go to its ends.
@@ -1281,10 +1296,11 @@ def _discrete_rows_kernel(rows_from, draw_by):
             for i in range(start, stop):
                 begin_row(rng, i)  # keyed releases: row i reads its own stream
                 if rows_from == "codes":
-                    row = codes[i]
+                    row = lo_at[i - start] if nearest else codes[i]
                 elif rows_from == "pieces":
                     # The piece's right end (row 2 p + 1) when u < t: as bits.
-                    u = rng.random()
+                    u, s = held_digit(rng, s)
+                    u *= 1.0 / _DIGIT  # rng.random(), exactly
                     row = 2 * lo_at[i - start] - (
                         (float_bits(u) - float_bits(off_at[i - start])) >> 63
                     )
@@ -1293,27 +1309,32 @@ def _discrete_rows_kernel(rows_from, draw_by):
                 else:
                     # Up when u (v_h - v_l) < v - v_l: both >= 0, compared as bits
                     # (branch-free: the outcome is a coin flip).
-                    u = rng.random()
+                    u, s = held_digit(rng, s)
+                    u *= 1.0 / _DIGIT  # rng.random(), exactly
                     row = lo_at[i - start] - (
                         (float_bits(u * gap_at[i - start]) - float_bits(off_at[i - start])) >> 63
                     )
                 if draw_by == "rr":
-                    d = _digit(rng)
+                    d, s = held_digit(rng, s)
                     j = rr_code_common(row, n_classes, d, rr_limit, rr_m)
                     if _rr_rare(d, rr_qd, rr_limit):
+                        release(rng, s)
                         j = rr_code_rare(row, n_classes, d, rr_qd, rr_frac, rr_m, rng)
+                        s = hold(rng)
                     out[i] = outputs[j]
                 else:
                     # Unsigned indices (rows, cells and outputs are >= 0): numba
                     # adds no negative-index wraparound to their loads.
                     r = np.uint64(row)
                     qd = heads[r, 0]
-                    d = _digit(rng)
+                    d, s = held_digit(rng, s)
                     tail = -1
                     if d <= qd:  # the tail (rare), exactly; a tie d = qd reads on
+                        release(rng, s)
                         tail = _categorical_tail_draw(
                             row, d, qd, heads[r, 1], rng, order, cdf, group_end, group_q, n_groups
                         )
+                        s = hold(rng)
                     if tail >= 0:
                         cell_at[i - start] = -1 - tail
                     else:  # the same digit, uniform on the bulk's share, picks a cell
@@ -1339,7 +1360,8 @@ def _discrete_rows_kernel(rows_from, draw_by):
                         pair = flat[ua + np.uint64(1)]
                         alias = pair >> 32
                         j = np.uint64(alias + (((pair & 0xFFFFFFFF) - alias) & keep))
-                    out[i] = outputs[j]
+                    out[np.uint64(i)] = outputs[j]  # unsigned: no wraparound
+        release(rng, s)
 
     return discrete_rows
 
@@ -1454,8 +1476,8 @@ def _nearest_arithmetic(y, a, inv_step, step, last, k, codes):
         codes[i] = np.int64(lo + (1.0 if v_hi - v <= v - v_lo else 0.0))
 
 
-def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, pieces=None, tables=None,
-                rr=None):
+def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, pieces=None, nearest=None,
+                tables=None, rr=None):
     """Randomized outputs, one per label, in one pass (see :func:`_discrete_rows_kernel`).
 
     Parameters
@@ -1468,6 +1490,10 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, pieces=None, tab
         Row of each label; or
     y, grid : ndarray, tuple
         Labels rounded (randomized, unbiased) onto ``grid = rounding_grid(values)``; or
+    y, nearest : ndarray
+        Labels and an arithmetic grid (:func:`arithmetic_grid`; with
+        ``tables``): the row of a label is the index of its nearest grid
+        value, :func:`nearest_indices` (fused: no array of codes); or
     y, pieces : ndarray, tuple
         Labels on ``pieces = (left, right)`` (with ``tables``): the row of a
         label in piece ``p`` is ``2 p + 1`` (the right end) with probability
@@ -1492,6 +1518,14 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, pieces=None, tab
         right = np.ascontiguousarray(pieces[1], dtype=np.float64)
         left, par = piece_lookup(left, right)
         grid = (left, _EMPTY_I, par)
+    elif nearest is not None:
+        if codes is not None or grid is not None or use_rr:
+            raise ValueError("nearest goes with labels y and tables only")
+        key = (False, False)  # the codes' kernel, given labels instead
+        grid = rounding_grid(nearest)
+        if grid[1].shape[0]:
+            raise ValueError("nearest rows need an arithmetic grid (arithmetic_grid)")
+        right = _EMPTY_F
     else:
         right = _EMPTY_F
     if not rounding:
@@ -1506,13 +1540,27 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, pieces=None, tab
     else:
         rr = _EMPTY_F
     out = np.empty(n, dtype=np.float64)
+    kernel_for(_DISCRETE_ROWS[key], rng, n)(*_rows_args(codes, y, grid, right, rr, rng, outputs,
+                                                        out, tables))
+    return out
+
+
+def _rows_args(codes, y, grid, right, rr, rng, outputs, out, tables):
+    """The arguments of a :func:`_discrete_rows_kernel` call."""
     outputs = np.ascontiguousarray(outputs, dtype=np.float64)
     heads, cells, *groups = tables
-    kernel_for(_DISCRETE_ROWS[key], rng, n)(
-        codes, y, *grid, right, rr, rng, outputs, out, np.empty((3, _BLOCK), dtype=np.int64),
-        np.empty((2, _BLOCK)), heads, cells.reshape(-1), 2 * cells.shape[1], *groups,
-    )
-    return out
+    return (codes, y, *grid, right, rr, rng, outputs, out, np.empty((3, _BLOCK), dtype=np.int64),
+            np.empty((2, _BLOCK)), heads, cells.reshape(-1), 2 * cells.shape[1], *groups)
+
+
+def nearest_rows_compiled():
+    """Whether ``sample_rows(rng, outputs, y=..., nearest=..., tables=...)``
+    runs compiled code without a compile: its kernel (the codes' kernel,
+    given labels) is loaded or in numba's cache. Otherwise a caller samples
+    the codes of ``nearest_domain_index`` (the same rows and digits), whose
+    call compiles that kernel in the background while its twin runs: a
+    first release does not interpret the nearest rows label by label."""
+    return not would_compile(_DISCRETE_ROWS[False, False])
 
 
 # Pieces up to which a label's piece is the count of three padded starts <= it
@@ -1553,7 +1601,8 @@ def _piece_positions(y, start, stop, left, right, par, pos_at, t_at):
     and the ``'pieces'`` rows of :func:`sample_rows`."""
     m = left.shape[0]
     a, inv_step, step, last = par[0], par[1], par[2], par[3]
-    for i in range(start, stop):
+    first = np.uint64(start)
+    for i in range(first, np.uint64(stop)):  # unsigned: no wraparound (vector loads)
         x = y[i]
         if inv_step > 0.0:
             # Contiguous pieces on evenly spaced starts: the lower neighbour of x
@@ -1563,9 +1612,9 @@ def _piece_positions(y, start, stop, left, right, par, pos_at, t_at):
             lo, a_pos, b_pos = arithmetic_neighbours(v, a, inv_step, step, last, m + 1)
             width = b_pos - a_pos
             t = (x - a_pos) / width if width > 0.0 else 0.0
-            pos_at[i - start] = np.int64(lo)
+            pos_at[i - first] = np.int64(lo)
             # + 0.0: no -0.0 (its bits compare as negative)
-            t_at[i - start] = min(max(t, 0.0), 1.0) + 0.0
+            t_at[i - first] = min(max(t, 0.0), 1.0) + 0.0
             continue
         elif m == 1:  # one piece (OPTM, ERM, randomized quantization)
             pos = 0
@@ -1588,9 +1637,9 @@ def _piece_positions(y, start, stop, left, right, par, pos_at, t_at):
         a_pos = left[pos]
         width = right[pos] - a_pos
         t = (x - a_pos) / width if width > 0.0 else 0.0
-        pos_at[i - start] = pos
+        pos_at[i - first] = pos
         # + 0.0: no -0.0 (its bits compare as negative)
-        t_at[i - start] = min(max(t, 0.0), 1.0) + 0.0
+        t_at[i - first] = min(max(t, 0.0), 1.0) + 0.0
 
 
 @numba.njit(cache=True, nogil=True)

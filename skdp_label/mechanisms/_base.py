@@ -44,7 +44,7 @@ from ..utils._random import (
     release_generator,
 )
 from ..utils._repr import PrivacyReprMixin, format_number
-from ._validation import EpsilonInterval
+from ._validation import NUMPY_BELOW, EpsilonInterval
 
 __all__ = ["BaseLabelMechanism", "BaseDiscreteMechanism", "OUT_OF_BOUNDS_CONSTRAINT", "OUT_OF_BOUNDS_DOC"]
 
@@ -432,15 +432,27 @@ class BaseDiscreteMechanism(BaseLabelMechanism):
     _max_epsilon = 30.0
 
     def _randomize_column(self, y, rng):
-        codes = self._encode_labels(y)
         outputs = self.output_values_
         if outputs.dtype.kind in "iuf" and np.all(np.abs(outputs) < 2.0**53):
-            # Numeric outputs (exact as float64) come straight out of the kernel.
-            from .._kernels._sampling import sample_rows
+            # Numeric outputs (exact as float64) come straight out of the kernel;
+            # rows by nearest rounding onto an arithmetic grid are found in it
+            # (the rows of _encode_labels, without an array of them).
+            from .._kernels._sampling import nearest_rows_compiled, sample_rows
 
-            out = sample_rows(rng, outputs, codes=codes, tables=self._categorical_tables())
+            grid = self._nearest_grid()
+            if y.shape[0] < NUMPY_BELOW or not nearest_rows_compiled():
+                # Small calls (interpreted), or a cold cache (the codes' call
+                # compiles the kernel meanwhile): the codes of _encode_labels.
+                grid = None
+            rows = {"codes": self._encode_labels(y)} if grid is None else {"y": y, "nearest": grid}
+            out = sample_rows(rng, outputs, **rows, tables=self._categorical_tables())
             return out if outputs.dtype == out.dtype else out.astype(outputs.dtype)
-        return outputs[self._sample_codes(codes, rng)]
+        return outputs[self._sample_codes(self._encode_labels(y), rng)]
+
+    def _nearest_grid(self):
+        """The grid when :meth:`_encode_labels` is ``nearest_domain_index`` on
+        an arithmetic grid (``_prior.nearest_grid``), else None."""
+        return None
 
     def _sample_codes(self, codes, rng):
         """Output index for each input index ``codes``, drawn from the matrix."""

@@ -106,6 +106,15 @@ def nearest_domain_index(values, y):
     return nearest_by_search(values, y)
 
 
+def nearest_grid(values):
+    """``values`` if :func:`nearest_domain_index` on them is the nearest
+    point of an arithmetic grid (which ``sample_rows(nearest=...)`` finds
+    label by label), else None."""
+    from .._kernels._sampling import arithmetic_grid
+
+    return values if arithmetic_grid(values) is not None else None
+
+
 # The types of nearest_indices' kernel call (y, a, 1 / step, step, last, k, codes).
 _NEAREST_CALL_TYPES = (np.empty(0), 0.0, 0.0, 0.0, 0.0, 0, np.empty(0, dtype=np.int64))
 

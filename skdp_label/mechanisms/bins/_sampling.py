@@ -12,8 +12,9 @@ import numba
 import numpy as np
 
 from ..._kernels._intrinsics import float_bits
+from ..._kernels._pcg64 import held_digit, hold, release
 from ..._kernels._philox import begin_row
-from ..._kernels._sampling import _digit, _rr_rare, rr_code_common, rr_code_rare, rr_constants
+from ..._kernels._sampling import _rr_rare, rr_code_common, rr_code_rare, rr_constants
 from ..._kernels._twin import kernel_for
 
 __all__ = ["BinLookup"]
@@ -39,6 +40,8 @@ def _bins_kernel(sample):
         n_bins = outputs.shape[0]
         if sample:
             qd, frac, limit, m = c[0], c[1], c[2], c[3]
+            # The generator's state held in registers (as in _sampling.sample_rows).
+            s = hold(rng)
         for n in range(y.shape[0]):
             # Nearest domain value (ties up, clipped), then its bin.
             v = y[n]
@@ -67,13 +70,17 @@ def _bins_kernel(sample):
                     bin_ = bin_map[j + below]
             if sample:
                 begin_row(rng, n)  # keyed releases: row n reads its own stream
-                d = _digit(rng)
+                d, s = held_digit(rng, s)
                 j = rr_code_common(bin_, n_bins, d, limit, m)
                 if _rr_rare(d, qd, limit):
+                    release(rng, s)
                     j = rr_code_rare(bin_, n_bins, d, qd, frac, m, rng)
+                    s = hold(rng)
                 out[n] = outputs[j]
             else:
                 out[n] = bin_
+        if sample:
+            release(rng, s)
 
     return kernel
 

@@ -13,7 +13,7 @@ from numbers import Real
 from ..._accountant import BudgetAccountant
 from .._base import OUT_OF_BOUNDS_CONSTRAINT, BaseDiscreteMechanism
 from .._grid_rule import auto_grid
-from .._prior import declared_range, nearest_domain_index, resolve_domain
+from .._prior import declared_range, nearest_domain_index, nearest_grid, resolve_domain
 from .._registry import register_mechanism
 from .._validation import NumberInterval
 
@@ -177,3 +177,6 @@ class ExponentialMechanism(BaseDiscreteMechanism):
 
     def _encode_labels(self, y):
         return nearest_domain_index(self.input_values_, y)
+
+    def _nearest_grid(self):
+        return nearest_grid(self.input_values_)

@@ -50,10 +50,10 @@ import numba
 import numpy as np
 
 from ..._kernels._intrinsics import opaque
+from ..._kernels._pcg64 import held_digit, hold, release
 from ..._kernels._philox import begin_row
 from ..._kernels._sampling import (
     _DIGIT,
-    _digit,
     _int_residue,
     bernoulli_exact,
     split_probability,
@@ -360,12 +360,13 @@ def _sample_grid(y, inv_granularity, granularity, u1, u2, w, sizes, limits, inve
     # 64-bit division a label.
     top = np.int64(qd)
     n_window = 2 * w + 1
+    s = hold(rng)  # the generator's state held in registers (see sample_rows)
     for i in range(y.shape[0]):
         begin_row(rng, i)
         # Row: clip to the interval (eq. 3.6), round to the grid (y * (1 / g)
         # is y / g for a power-of-two g; sample_labels divides for others).
         u = np.int64(min(max(np.rint(y[i] * inv_granularity), float(u1)), float(u2)))
-        d = _digit(rng)
+        d, s = held_digit(rng, s)
         di = np.int64(d)
         rest = opaque((di - top) >> 63)  # -1: the rest (d < qd), 0: the window
         e = di - ((top + 1) & ~rest)
@@ -373,7 +374,9 @@ def _sample_grid(y, inv_granularity, granularity, u1, u2, w, sizes, limits, inve
         r = _int_residue(e, sizes[part], inverses[part])
         # One branch for both rare cases (``or`` compiles to two).
         if (e >= limits[part]) | (di == top):  # rare
+            release(rng, s)
             r = _grid_rare(di == top, part, frac, sizes, rng)
+            s = hold(rng)
             rest = opaque((r >> 63))  # the rare draw's part, in r's sign
             r = r ^ rest
         # The window: u - w + r. The rest: u1 - w + r below the window (r <
@@ -381,6 +384,7 @@ def _sample_grid(y, inv_granularity, granularity, u1, u2, w, sizes, limits, inve
         past = ~opaque((r - (u - u1)) >> 63)  # -1 when r >= u - u1
         unit = u - w + r + (((u1 - u) + (n_window & past)) & rest)
         out[i] = float(unit) * granularity
+    release(rng, s)
 
 
 @numba.njit(cache=True, nogil=True)

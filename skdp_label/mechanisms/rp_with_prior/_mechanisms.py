@@ -11,7 +11,7 @@ from sklearn.utils._param_validation import StrOptions
 
 from ..._accountant import BudgetAccountant
 from ...utils._repr import public_repr
-from .._prior import BasePriorMechanism
+from .._prior import BasePriorMechanism, nearest_grid
 from .._registry import register_mechanism
 from .._validation import NumberInterval, check_bounds
 from ..bins._solver import expected_loss
@@ -389,6 +389,10 @@ class RRWithPriorRegression(BasePriorMechanism):
         self.bounds = bounds
         self.resolution = resolution
         self.prior_epsilon = prior_epsilon
+
+    def _nearest_grid(self):
+        # Rows by nearest_domain_index (BasePriorMechanism._encode_labels).
+        return nearest_grid(self.input_values_)
 
     def _build_mechanism(self, prior_values, prior_probabilities, epsilon):
         order = top_k_order(prior_probabilities)
