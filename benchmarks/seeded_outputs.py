@@ -1,6 +1,7 @@
 """Fixed-seed outputs of every mechanism, compared across checkouts.
 
 Run: python benchmarks/seeded_outputs.py --repo /work/main /path/to/branch [--names rr laplace ...]
+     [--labels 300000]  (with SKDP_LABEL_BACKGROUND_COMPILE=0: the compiled kernels)
 
 For each checkout (put first on ``PYTHONPATH`` of a fresh process), fits
 every registered mechanism with ``random_state=0`` on the public synthetic
@@ -22,10 +23,13 @@ import numpy as np
 from skdp_label._warmup import _public_inputs
 from skdp_label.mechanisms import get_mechanism_class, mechanism_names
 names = {names!r} or list(mechanism_names())
+n_labels = {n_labels!r}
 digests = {{}}
 warnings.simplefilter("ignore")
 for name in names:
     kwargs, column = _public_inputs(name)
+    if n_labels:
+        column = np.resize(np.asarray(column), n_labels)
     h = hashlib.sha256()
     for y in (column, column[:10]):
         out = get_mechanism_class(name)(epsilon=1.0, random_state=0, **kwargs).fit_transform(y)
@@ -35,11 +39,12 @@ print(json.dumps(digests))
 """
 
 
-def digests(repo, names):
+def digests(repo, names, n_labels=None):
     env = dict(os.environ, NUMBA_NUM_THREADS="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.abspath(repo), env.get("PYTHONPATH", "")] if p)
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD.format(names=names or [])], env=env, capture_output=True,
+        [sys.executable, "-c", _CHILD.format(names=names or [], n_labels=n_labels)], env=env,
+        capture_output=True,
         text=True, cwd=os.path.abspath(repo),
     )
     if out.returncode != 0:
@@ -51,8 +56,11 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--repo", nargs="+", required=True, help="checkouts to compare")
     parser.add_argument("--names", nargs="*", help="mechanism names (default: all registered)")
+    parser.add_argument("--labels", type=int, default=None,
+                        help="repeat the column to this many labels (e.g. 300000 with "
+                             "SKDP_LABEL_BACKGROUND_COMPILE=0: the compiled kernels, not the twins)")
     args = parser.parse_args()
-    results = [digests(repo, args.names) for repo in args.repo]
+    results = [digests(repo, args.names, args.labels) for repo in args.repo]
     labels = [os.path.basename(os.path.abspath(r)) for r in args.repo]
     print(f"{'mechanism':<26}" + "".join(f"{label:>20}" for label in labels) + "  same")
     differ = 0
