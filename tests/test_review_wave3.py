@@ -207,8 +207,9 @@ def test_threads_releasing_through_one_generator_never_share_digits(monkeypatch)
 
 def test_an_exception_inside_a_release_leaves_no_stream_in_the_traceback():
     # A kernel raising inside call_with_stream: the traceback's frames hold
-    # the stream; it must be at the state written back (it predicts nothing
-    # the Generator does not already), and dropping the traceback frees it.
+    # the stream; it must be at the state written back, which the Generator
+    # then jumped from (it predicts nothing the Generator does not already),
+    # and dropping the traceback frees it.
     import gc
 
     import numba
@@ -236,7 +237,15 @@ def test_an_exception_inside_a_release_leaves_no_stream_in_the_traceback():
         return []
 
     states = streams_in_traceback()
-    assert states and all(s == _state(rng)["state"] for s in states)
+    from skdp_label._kernels._pcg64 import _JUMP_ON_ERROR
+
+    def jumped(state):
+        bit_generator = np.random.PCG64()
+        bit_generator.state = {**rng.bit_generator.state,
+                               "state": {"state": state, "inc": _state(rng)["inc"]}}
+        return bit_generator.advance(_JUMP_ON_ERROR).state["state"]["state"]
+
+    assert states and all(jumped(s) == _state(rng)["state"] for s in states)
     gc.collect()
     # type(), not isinstance: a dead weakref proxy (llvmlite's) raises in isinstance.
     assert not [o for o in gc.get_objects() if type(o) is PCG64Stream]
