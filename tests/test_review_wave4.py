@@ -478,3 +478,70 @@ def test_a_pickled_packed_table_is_never_read_with_another_layout(name, monkeypa
     noise = restored.transform(np.zeros(50_000))
     expected = restored._noise_summary()["noise_std"]
     assert abs(noise.std() / expected - 1.0) < 0.03  # 50,000 draws: about 0.5 % (Laplace 1 %)
+
+
+def test_the_fallback_payload_accessor_draws_the_same_digits(monkeypatch):
+    # numba without an importable MemInfo layout: the held-state intrinsics take the
+    # payload through numba's own accessor (compiled fresh here), the same digits.
+    from skdp_label._kernels import _pcg64
+
+    monkeypatch.setattr(_pcg64, "_meminfo_struct_type", None)
+
+    @numba.njit(nogil=True)
+    def kernel(rng, out):
+        state = _pcg64.hold(rng)
+        for i in range(out.shape[0]):
+            d, state = _pcg64.held_digit(rng, state)
+            e, state = _pcg64.held_int_digit(rng, state)
+            out[i, 0], out[i, 1] = d, float(e)
+        _pcg64.release(rng, state)
+
+    mine, reference = np.random.default_rng(8), np.random.default_rng(8)
+    out = np.empty((300, 2))
+    call_with_stream(kernel, mine, mine, out)
+    expected = np.floor(reference.random(600) * 2.0**53).reshape(300, 2)
+    np.testing.assert_array_equal(out, expected)
+    assert mine.bit_generator.state == reference.bit_generator.state
+
+
+# -- 6. exactness tolerances far from 0 ---------------------------------------------------------
+_FAR = 1e9  # e.g. timestamps in seconds: labels far from 0 relative to their range
+
+
+def _merging_bins(offset):
+    # Six label values sharing two output distributions: biased, E[y~ | y] != y by up to
+    # 2.4, and no g solves T g = y (rank 2 for 6).
+    from skdp_label.mechanisms import RROnBins
+
+    return RROnBins(0.5, prior=(offset + np.arange(6.0), np.full(6, 1 / 6))).fit([offset])
+
+
+def test_a_biased_mechanism_far_from_zero_is_still_refused():
+    # Found by this review: the residual accepted as rounding was 1e-8 times the labels'
+    # *magnitude*; at 1e9 that is 10, so a g biased by 2.4 passed as exact: the MSE
+    # scorer accepted the mechanism without a word and the bias bound became 0.
+    near, far = _merging_bins(0.0), _merging_bins(_FAR)
+    for mech in (near, far):
+        with pytest.raises(ValueError, match="biased"):
+            unbiased_mse_scorer(mech)
+    assert debiased_mean_bias_bound(far) == debiased_mean_bias_bound(near) == 2.5
+    # The group debiasing (E[d | y] = the group's mean) is the same, shifted.
+    outputs = _transition(near)[2].astype(np.float64)
+    np.testing.assert_allclose(debiasing_function(far)(outputs + _FAR) - _FAR,
+                               debiasing_function(near)(outputs), atol=1e-5)
+
+
+@pytest.mark.parametrize("make", [
+    lambda lo: MVU(0.7, bounds=(lo, lo + 1.0)), lambda lo: RQM(1.3, bounds=(lo, lo + 5.0)),
+], ids=["mvu", "rqm"])
+def test_an_unbiased_mechanism_far_from_zero_is_still_accepted(make):
+    # The tolerance is relative to the labels' spread, and the solve centred: exactly
+    # unbiased randomizers far from 0 keep their exact g (and bias bound 0).
+    mech = make(_FAR).fit([_FAR])
+    matrix, inputs, outputs = _transition(mech)
+    g = debiasing_function(mech)(outputs.astype(np.float64))
+    np.testing.assert_allclose(matrix @ (g - _FAR), inputs - _FAR, atol=1e-6)
+    assert debiased_mean_bias_bound(mech) == 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        unbiased_mse_scorer(mech)

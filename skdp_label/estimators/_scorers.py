@@ -67,7 +67,7 @@ __all__ = [
     "noisy_label_scorer",
 ]
 
-# Largest residual |T x - target| accepted, relative to the target's scale.
+# Largest residual |T x - target| accepted, relative to the target's spread (_centred).
 _SOLVE_RTOL = 1e-8
 
 
@@ -109,12 +109,25 @@ def _transition(mechanism):
 
 
 def _solve_exactly(matrix, target):
-    """``x`` with ``matrix @ x == target`` up to rounding, or None if none exists."""
-    x, *_ = np.linalg.lstsq(matrix, target, rcond=None)
-    scale = max(float(np.abs(target).max()), 1.0)
-    if not np.all(np.isfinite(x)) or np.max(np.abs(matrix @ x - target)) > _SOLVE_RTOL * scale:
+    """``x`` with ``matrix @ x == target`` up to rounding, or None if none exists.
+
+    Solved for the target less its mean, with the residual accepted relative to
+    their difference (:func:`_centred`): the rows of a transition sum to 1, so
+    a constant is solved exactly, and the mean added back."""
+    target = np.asarray(target, dtype=np.float64)
+    centred, tolerance = _centred(target)
+    x, *_ = np.linalg.lstsq(matrix, centred, rcond=None)
+    if not np.all(np.isfinite(x)) or np.max(np.abs(matrix @ x - centred)) > tolerance:
         return None
-    return x
+    return x + (target - centred)[0]
+
+
+def _centred(target):
+    """(target less its mean per column, the residual accepted for it): _SOLVE_RTOL
+    times the largest centred entry. Not times the target's magnitude: far from 0
+    (labels near c = 1e9) that let a bias of up to 1e-8 c (10) pass as rounding."""
+    centred = target - target.mean(axis=0)
+    return centred, _SOLVE_RTOL * float(np.abs(centred).max())
 
 
 def _not_invertible(name, what, matrix, prefix=""):
@@ -176,8 +189,8 @@ def _discrete_moment_estimators(mechanism, shifted=False):
     name = type(mechanism).__name__
     matrix, inputs, outputs = _transition(mechanism)
     inputs, outputs = inputs.astype(np.float64), outputs.astype(np.float64)
-    scale = max(float(np.abs(inputs).max()), 1.0)
-    if np.max(np.abs(matrix @ outputs - inputs)) <= _SOLVE_RTOL * scale:
+    centred, tolerance = _centred(inputs)
+    if np.max(np.abs(matrix @ (outputs - (inputs - centred)[0]) - centred)) <= tolerance:
         g = outputs  # an unbiased mechanism: its outputs estimate the label
     else:
         g = _solve_exactly(matrix, inputs)
