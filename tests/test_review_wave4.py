@@ -38,7 +38,7 @@ from skdp_label._kernels import _twin
 from skdp_label._kernels._pcg64 import call_with_stream
 from skdp_label.estimators._calibration import debiased_mean_bias_bound, debiasing_function
 from skdp_label.estimators._majority_guard import constant_in, pooled_class_prior
-from skdp_label.estimators._scorers import _transition, unbiased_mse_scorer
+from skdp_label.estimators._scorers import _transition, unbiased_mse, unbiased_mse_scorer
 from skdp_label.mechanisms import MVU, RQM, OptimalUnbiased, get_mechanism_class
 from skdp_label.mechanisms.classic._noise import (
     gaussian_cell_table,
@@ -545,3 +545,27 @@ def test_an_unbiased_mechanism_far_from_zero_is_still_accepted(make):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         unbiased_mse_scorer(mech)
+
+
+def test_the_mse_estimate_keeps_its_digits_far_from_zero():
+    # Found by this review: y_pred^2 - 2 y_pred g + h with labels near 1e9 computes squares
+    # of 1e18 (an ulp is 128): OptimalUnbiased's estimate had expectation -59 and +59 for
+    # true squared errors 0.09 and 0.49, so neither the scores nor their differences
+    # between models meant anything. Centred on a public center, the digits stay.
+    mech = get_mechanism_class("unbiased")(epsilon=1.0, bounds=(_FAR, _FAR + 1.0)).fit([_FAR])
+    matrix, inputs, outputs = _transition(mech)
+    for f in (_FAR + 0.3, _FAR - 2.0, _FAR + 7.5):
+        per_output = np.array([unbiased_mse([o], [f], mech) for o in outputs])
+        np.testing.assert_allclose(matrix @ per_output, (f - inputs) ** 2, atol=1e-5)
+    # Additive noise: the estimate of one noisy label is (f - y~)^2 - Var exactly.
+    laplace = get_mechanism_class("discrete-laplace")(
+        epsilon=1.0, bounds=(_FAR, _FAR + 20.0), clip=False).fit([_FAR])
+    variance = laplace._noise_summary()["noise_std"] ** 2
+    for noisy, f in ((_FAR + 3.0, _FAR + 5.0), (_FAR - 40.0, _FAR + 12.0)):
+        assert unbiased_mse([noisy], [f], laplace) == pytest.approx(
+            (f - noisy) ** 2 - variance, abs=1e-5)
+    # unbiased_square_estimator keeps its meaning: E[h(y~) | y] = y^2 (relative precision).
+    from skdp_label.estimators import unbiased_square_estimator
+
+    h = unbiased_square_estimator(mech)(outputs.astype(np.float64))
+    np.testing.assert_allclose(matrix @ h, inputs**2, rtol=1e-12)

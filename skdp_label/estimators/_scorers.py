@@ -165,6 +165,19 @@ def _moment_estimators(mechanism, *, shifted=False):
     ``shifted=True`` accepts, where no exact h exists, the least-squares h:
     E[h(y~) | y] = y^2 + s(y) with s independent of any prediction (module
     notes); g is exact either way."""
+    center, g, h_centred = _centred_moment_estimators(mechanism, shifted=shifted)
+
+    def h(y_noisy):  # (y - c)^2 + 2 c y - c^2
+        return h_centred(y_noisy) + 2.0 * center * g(y_noisy) - center * center
+
+    return g, h
+
+
+def _centred_moment_estimators(mechanism, *, shifted=False):
+    """``(c, g, h)`` with E[g(y~) | y] = y and E[h(y~) | y] = (y - c)^2 (up to
+    s(y) if ``shifted``, as :func:`_moment_estimators`), c a public center of
+    the labels: squares of labels far from 0 (1e9) would lose the MSE's digits
+    in rounding (an ulp of 1e18 is 128)."""
     check_is_fitted(mechanism)
     name = type(mechanism).__name__
     if isinstance(mechanism, BaseAdditiveMechanism):
@@ -178,9 +191,11 @@ def _moment_estimators(mechanism, *, shifted=False):
         if not isinstance(mechanism, (BaseStaircaseFamily, Gaussian)):
             raise ValueError(f"the noise variance of {name} is unknown.")
         variance = _additive_noise_variance(mechanism)
+        center = 0.5 * (float(mechanism._bounds()[0]) + float(mechanism._bounds()[1]))
         return (
+            center,
             lambda y_noisy: np.asarray(y_noisy, dtype=np.float64),
-            lambda y_noisy: np.asarray(y_noisy, dtype=np.float64) ** 2 - variance,
+            lambda y_noisy: (np.asarray(y_noisy, dtype=np.float64) - center) ** 2 - variance,
         )
     return _discrete_moment_estimators(mechanism, shifted)
 
@@ -198,12 +213,13 @@ def _discrete_moment_estimators(mechanism, shifted=False):
             raise _not_invertible(
                 name, "the label", matrix, prefix=f"{name} is biased (E[y~ | y] != y) and "
             )
-    h = _solve_exactly(matrix, inputs**2)
+    center = float(inputs.mean())
+    h = _solve_exactly(matrix, (inputs - center) ** 2)
     if h is None and shifted:
-        h, *_ = np.linalg.lstsq(matrix, inputs**2, rcond=None)
+        h, *_ = np.linalg.lstsq(matrix, (inputs - center) ** 2, rcond=None)
     if h is None or not np.all(np.isfinite(h)):
         raise _not_invertible(name, "the squared label", matrix)
-    return _value_lookup(name, outputs, g), _value_lookup(name, outputs, h)
+    return center, _value_lookup(name, outputs, g), _value_lookup(name, outputs, h)
 
 
 def _has_exact_square_estimator(mechanism):
@@ -259,8 +275,9 @@ def unbiased_square_estimator(mechanism: BaseLabelMechanism) -> Callable[[np.nda
 
 
 def _squared_error_estimates(y_noisy, y_pred, estimators):
-    g, h = estimators
-    return y_pred**2 - 2.0 * y_pred * g(y_noisy) + h(y_noisy)
+    center, g, h = estimators  # _centred_moment_estimators
+    gap = y_pred - center
+    return gap * gap - 2.0 * gap * (g(y_noisy) - center) + h(y_noisy)
 
 
 def unbiased_mse(
@@ -285,7 +302,7 @@ def unbiased_mse(
         Its expectation over the label noise is the true MSE (it may be
         negative on small samples).
     """
-    return _mse_estimate(y_noisy, y_pred, _moment_estimators(mechanism), sample_weight)
+    return _mse_estimate(y_noisy, y_pred, _centred_moment_estimators(mechanism), sample_weight)
 
 
 def _mse_estimate(y_noisy, y_pred, estimators, sample_weight):
@@ -299,7 +316,7 @@ def shifted_mse(y_noisy, y_pred, mechanism, sample_weight=None):
     """Estimate of the true-label MSE up to a term that does not depend on
     ``y_pred`` (exact where :func:`unbiased_mse` exists; module notes)."""
     return _mse_estimate(
-        y_noisy, y_pred, _moment_estimators(mechanism, shifted=True), sample_weight
+        y_noisy, y_pred, _centred_moment_estimators(mechanism, shifted=True), sample_weight
     )
 
 
