@@ -569,3 +569,16 @@ def test_the_mse_estimate_keeps_its_digits_far_from_zero():
 
     h = unbiased_square_estimator(mech)(outputs.astype(np.float64))
     np.testing.assert_allclose(matrix @ h, inputs**2, rtol=1e-12)
+
+
+def test_the_debiased_labels_variance_keeps_its_digits_far_from_zero():
+    # Found by this review: anchor_for's variance (E[d^2] - E[d]^2 on raw labels) was 64.25
+    # near 1e9 for 1.17 near 0 (the regressor's guard then shrank by a wrong variance).
+    from skdp_label.estimators._calibration import anchor_for
+
+    make = get_mechanism_class("unbiased")
+    near = make(epsilon=1.0, bounds=(0.0, 1.0)).fit([0.0])
+    far = make(epsilon=1.0, bounds=(_FAR, _FAR + 1.0)).fit([_FAR])
+    (a_near, v_near), (a_far, v_far) = (anchor_for(m, debiasing_function(m)) for m in (near, far))
+    assert a_far - _FAR == pytest.approx(a_near) and v_near > 0.5
+    assert v_far == pytest.approx(v_near, rel=1e-6)
