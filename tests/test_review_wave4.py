@@ -112,6 +112,15 @@ def test_held_kernels_read_the_same_digits_from_every_source(kind):
         out, state, after = runs[source]
         assert np.array_equal(_bits(out), _bits(ref_out)), source
         assert state == ref_state and after == ref_next, source  # no digit skipped or reused
+    # A PCG64 subclass is not inlined (numba's Generator draws through its pointer): the
+    # same digits, the same final state.
+    class Derived(np.random.PCG64):
+        pass
+
+    derived = np.random.Generator(Derived(12))
+    out = call_with_stream(kernel, derived, y, derived, *args, np.empty(y.shape[0]))
+    assert np.array_equal(_bits(out), _bits(ref_out))
+    assert derived.bit_generator.state["state"] == ref_state["state"]
     # Another bit generator: compiled (drawing through numpy) and twin agree too.
     mt = [np.random.Generator(np.random.MT19937(12)) for _ in range(2)]
     a, b = _run(kernel, "generator", mt[0], y, args), _run(kernel, "twin", mt[1], y, args)
