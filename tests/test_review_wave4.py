@@ -591,3 +591,31 @@ def test_the_debiased_labels_variance_keeps_its_digits_far_from_zero():
     (a_near, v_near), (a_far, v_far) = (anchor_for(m, debiasing_function(m)) for m in (near, far))
     assert a_far - _FAR == pytest.approx(a_near) and v_near > 0.5
     assert v_far == pytest.approx(v_near, rel=1e-6)
+
+
+def _discrete_laplace_on_cells():
+    # lam = 1e-4: the bulk from a table of cells (L = 128), the clipped ends exact.
+    return get_mechanism_class("discrete-laplace")(epsilon=0.5, bounds=(0, 4990)).fit([0])
+
+
+@pytest.mark.parametrize("mutant", [False, True], ids=["records", "cells-twice-as-far"])
+def test_discrete_laplace_on_cells_samples_its_transition(mutant, monkeypatch):
+    # End to end through the mechanism (60,000 draws a label: the bulk path of cell_records),
+    # against its exact clipped transition matrix (tests/_audit.py).
+    from _audit import audit_sampler
+    from skdp_label.mechanisms.classic import _additive
+
+    if mutant:  # first values doubled: cells spaced 2L apart, with gaps
+        def wide(prob, alias, cell):
+            records = S.cell_records(prob, alias, cell).reshape(-1, 5).copy()
+            records[:, 1:3] *= 2.0
+            return records.reshape(-1)
+
+        monkeypatch.setattr(_additive, "cell_records", wide)
+    mech = _discrete_laplace_on_cells()
+    if not mutant:
+        audit_sampler(mech, labels=[0, 2495, 4990], n_per_label=60_000)
+        assert mech._alias_table[1][4] == 128  # the table of cells ran
+        return
+    with pytest.raises(AssertionError, match="does not sample its transition_matrix_"):
+        audit_sampler(mech, labels=[0, 2495, 4990], n_per_label=60_000)
