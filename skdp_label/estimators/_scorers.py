@@ -114,20 +114,20 @@ def _solve_exactly(matrix, target):
     Solved for the target less its mean, with the residual accepted relative to
     their difference (:func:`_centred`): the rows of a transition sum to 1, so
     a constant is solved exactly, and the mean added back."""
-    target = np.asarray(target, dtype=np.float64)
-    centred, tolerance = _centred(target)
+    center, centred, tolerance = _centred(np.asarray(target, dtype=np.float64))
     x, *_ = np.linalg.lstsq(matrix, centred, rcond=None)
     if not np.all(np.isfinite(x)) or np.max(np.abs(matrix @ x - centred)) > tolerance:
         return None
-    return x + (target - centred)[0]
+    return x + center
 
 
 def _centred(target):
-    """(target less its mean per column, the residual accepted for it): _SOLVE_RTOL
+    """(its mean per column, the target less it, the residual accepted): _SOLVE_RTOL
     times the largest centred entry. Not times the target's magnitude: far from 0
     (labels near c = 1e9) that let a bias of up to 1e-8 c (10) pass as rounding."""
-    centred = target - target.mean(axis=0)
-    return centred, _SOLVE_RTOL * float(np.abs(centred).max())
+    center = target.mean(axis=0)
+    centred = target - center
+    return center, centred, _SOLVE_RTOL * float(np.abs(centred).max())
 
 
 def _not_invertible(name, what, matrix, prefix=""):
@@ -204,8 +204,8 @@ def _discrete_moment_estimators(mechanism, shifted=False):
     name = type(mechanism).__name__
     matrix, inputs, outputs = _transition(mechanism)
     inputs, outputs = inputs.astype(np.float64), outputs.astype(np.float64)
-    centred, tolerance = _centred(inputs)
-    if np.max(np.abs(matrix @ (outputs - (inputs - centred)[0]) - centred)) <= tolerance:
+    center, centred, tolerance = _centred(inputs)
+    if np.max(np.abs(matrix @ (outputs - center) - centred)) <= tolerance:
         g = outputs  # an unbiased mechanism: its outputs estimate the label
     else:
         g = _solve_exactly(matrix, inputs)
@@ -213,13 +213,12 @@ def _discrete_moment_estimators(mechanism, shifted=False):
             raise _not_invertible(
                 name, "the label", matrix, prefix=f"{name} is biased (E[y~ | y] != y) and "
             )
-    center = float(inputs.mean())
-    h = _solve_exactly(matrix, (inputs - center) ** 2)
+    h = _solve_exactly(matrix, centred**2)
     if h is None and shifted:
-        h, *_ = np.linalg.lstsq(matrix, (inputs - center) ** 2, rcond=None)
+        h, *_ = np.linalg.lstsq(matrix, centred**2, rcond=None)
     if h is None or not np.all(np.isfinite(h)):
         raise _not_invertible(name, "the squared label", matrix)
-    return center, _value_lookup(name, outputs, g), _value_lookup(name, outputs, h)
+    return float(center), _value_lookup(name, outputs, g), _value_lookup(name, outputs, h)
 
 
 def _has_exact_square_estimator(mechanism):
