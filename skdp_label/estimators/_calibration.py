@@ -120,12 +120,15 @@ def anchor_for(mechanism, debias):
     if prior is None or np.shape(prior) != inputs.shape or not np.sum(prior) > 0:
         return anchor, 0.0
     prior = np.asarray(prior, dtype=np.float64) / np.sum(prior)
-    g = debias(outputs.astype(np.float64))
+    mean = float(prior @ inputs.astype(np.float64))
+    # Moments of d less the prior's mean: far from 0 (labels near 1e9) the raw squares
+    # would lose the variance in rounding (an ulp of 1e18 is 128).
+    g = debias(outputs.astype(np.float64)) - mean
     conditional_mean = matrix @ g
     spread = matrix @ g**2 - conditional_mean**2
     center = prior @ conditional_mean
     variance = prior @ spread + prior @ (conditional_mean - center) ** 2
-    return float(prior @ inputs.astype(np.float64)), float(max(variance, 0.0))
+    return mean, float(max(variance, 0.0))
 
 
 def direct_mean(mechanism):

@@ -176,7 +176,14 @@ def pooled_class_prior(histogram, histogram_sd, noisy_codes, in_top, epsilon):
     pooled = histogram.copy()
     pooled[top] = ((histogram[top] * var_labels + labels[top] * var_histogram)
                    / (var_labels + var_histogram))
-    return project_simplex(pooled)[0]
+    prior = project_simplex(pooled)[0]
+    # predict's argmax must be the class the guard scored (constant_in: in S). It is in
+    # exact arithmetic (S is the histogram's top k, ties to the lower index, and pooling
+    # keeps S's mass, so S's top is at least S's mean, at least any class outside S), but
+    # where a class outside S ties S's top, rounding could put it above.
+    best = constant_in(prior, top)
+    prior[~top] = np.minimum(prior[~top], np.nextafter(prior[best], 0.0))
+    return prior
 
 
 def constant_in(prior, in_top):

@@ -67,7 +67,7 @@ __all__ = [
     "noisy_label_scorer",
 ]
 
-# Largest residual |T x - target| accepted, relative to the target's scale.
+# Largest residual |T x - target| accepted, relative to the target's spread (_centred).
 _SOLVE_RTOL = 1e-8
 
 
@@ -109,12 +109,25 @@ def _transition(mechanism):
 
 
 def _solve_exactly(matrix, target):
-    """``x`` with ``matrix @ x == target`` up to rounding, or None if none exists."""
-    x, *_ = np.linalg.lstsq(matrix, target, rcond=None)
-    scale = max(float(np.abs(target).max()), 1.0)
-    if not np.all(np.isfinite(x)) or np.max(np.abs(matrix @ x - target)) > _SOLVE_RTOL * scale:
+    """``x`` with ``matrix @ x == target`` up to rounding, or None if none exists.
+
+    Solved for the target less its mean, with the residual accepted relative to
+    their difference (:func:`_centred`): the rows of a transition sum to 1, so
+    a constant is solved exactly, and the mean added back."""
+    center, centred, tolerance = _centred(np.asarray(target, dtype=np.float64))
+    x, *_ = np.linalg.lstsq(matrix, centred, rcond=None)
+    if not np.all(np.isfinite(x)) or np.max(np.abs(matrix @ x - centred)) > tolerance:
         return None
-    return x
+    return x + center
+
+
+def _centred(target):
+    """(its mean per column, the target less it, the residual accepted): _SOLVE_RTOL
+    times the largest centred entry. Not times the target's magnitude: far from 0
+    (labels near c = 1e9) that let a bias of up to 1e-8 c (10) pass as rounding."""
+    center = target.mean(axis=0)
+    centred = target - center
+    return center, centred, _SOLVE_RTOL * float(np.abs(centred).max())
 
 
 def _not_invertible(name, what, matrix, prefix=""):
@@ -152,6 +165,19 @@ def _moment_estimators(mechanism, *, shifted=False):
     ``shifted=True`` accepts, where no exact h exists, the least-squares h:
     E[h(y~) | y] = y^2 + s(y) with s independent of any prediction (module
     notes); g is exact either way."""
+    center, g, h_centred = _centred_moment_estimators(mechanism, shifted=shifted)
+
+    def h(y_noisy):  # (y - c)^2 + 2 c y - c^2
+        return h_centred(y_noisy) + 2.0 * center * g(y_noisy) - center * center
+
+    return g, h
+
+
+def _centred_moment_estimators(mechanism, *, shifted=False):
+    """``(c, g, h)`` with E[g(y~) | y] = y and E[h(y~) | y] = (y - c)^2 (up to
+    s(y) if ``shifted``, as :func:`_moment_estimators`), c a public center of
+    the labels: squares of labels far from 0 (1e9) would lose the MSE's digits
+    in rounding (an ulp of 1e18 is 128)."""
     check_is_fitted(mechanism)
     name = type(mechanism).__name__
     if isinstance(mechanism, BaseAdditiveMechanism):
@@ -165,9 +191,11 @@ def _moment_estimators(mechanism, *, shifted=False):
         if not isinstance(mechanism, (BaseStaircaseFamily, Gaussian)):
             raise ValueError(f"the noise variance of {name} is unknown.")
         variance = _additive_noise_variance(mechanism)
+        center = 0.5 * (float(mechanism._bounds()[0]) + float(mechanism._bounds()[1]))
         return (
+            center,
             lambda y_noisy: np.asarray(y_noisy, dtype=np.float64),
-            lambda y_noisy: np.asarray(y_noisy, dtype=np.float64) ** 2 - variance,
+            lambda y_noisy: (np.asarray(y_noisy, dtype=np.float64) - center) ** 2 - variance,
         )
     return _discrete_moment_estimators(mechanism, shifted)
 
@@ -176,8 +204,8 @@ def _discrete_moment_estimators(mechanism, shifted=False):
     name = type(mechanism).__name__
     matrix, inputs, outputs = _transition(mechanism)
     inputs, outputs = inputs.astype(np.float64), outputs.astype(np.float64)
-    scale = max(float(np.abs(inputs).max()), 1.0)
-    if np.max(np.abs(matrix @ outputs - inputs)) <= _SOLVE_RTOL * scale:
+    center, centred, tolerance = _centred(inputs)
+    if np.max(np.abs(matrix @ (outputs - center) - centred)) <= tolerance:
         g = outputs  # an unbiased mechanism: its outputs estimate the label
     else:
         g = _solve_exactly(matrix, inputs)
@@ -185,12 +213,12 @@ def _discrete_moment_estimators(mechanism, shifted=False):
             raise _not_invertible(
                 name, "the label", matrix, prefix=f"{name} is biased (E[y~ | y] != y) and "
             )
-    h = _solve_exactly(matrix, inputs**2)
+    h = _solve_exactly(matrix, centred**2)
     if h is None and shifted:
-        h, *_ = np.linalg.lstsq(matrix, inputs**2, rcond=None)
+        h, *_ = np.linalg.lstsq(matrix, centred**2, rcond=None)
     if h is None or not np.all(np.isfinite(h)):
         raise _not_invertible(name, "the squared label", matrix)
-    return _value_lookup(name, outputs, g), _value_lookup(name, outputs, h)
+    return float(center), _value_lookup(name, outputs, g), _value_lookup(name, outputs, h)
 
 
 def _has_exact_square_estimator(mechanism):
@@ -246,8 +274,9 @@ def unbiased_square_estimator(mechanism: BaseLabelMechanism) -> Callable[[np.nda
 
 
 def _squared_error_estimates(y_noisy, y_pred, estimators):
-    g, h = estimators
-    return y_pred**2 - 2.0 * y_pred * g(y_noisy) + h(y_noisy)
+    center, g, h = estimators  # _centred_moment_estimators
+    gap = y_pred - center
+    return gap * gap - 2.0 * gap * (g(y_noisy) - center) + h(y_noisy)
 
 
 def unbiased_mse(
@@ -272,7 +301,7 @@ def unbiased_mse(
         Its expectation over the label noise is the true MSE (it may be
         negative on small samples).
     """
-    return _mse_estimate(y_noisy, y_pred, _moment_estimators(mechanism), sample_weight)
+    return _mse_estimate(y_noisy, y_pred, _centred_moment_estimators(mechanism), sample_weight)
 
 
 def _mse_estimate(y_noisy, y_pred, estimators, sample_weight):
@@ -286,7 +315,7 @@ def shifted_mse(y_noisy, y_pred, mechanism, sample_weight=None):
     """Estimate of the true-label MSE up to a term that does not depend on
     ``y_pred`` (exact where :func:`unbiased_mse` exists; module notes)."""
     return _mse_estimate(
-        y_noisy, y_pred, _moment_estimators(mechanism, shifted=True), sample_weight
+        y_noisy, y_pred, _centred_moment_estimators(mechanism, shifted=True), sample_weight
     )
 
 

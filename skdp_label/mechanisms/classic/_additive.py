@@ -139,6 +139,19 @@ class BaseAdditiveMechanism(BaseLabelMechanism):
         "out_of_bounds": OUT_OF_BOUNDS_CONSTRAINT,
     }
     _integer = False
+    # Tables packed for the kernels on a large release (public, rebuilt from epsilon).
+    _PACKED_CACHES = ("_alias_table", "_cell_table")  # not pickled (__getstate__)
+
+    def __getstate__(self):
+        return self._without_packed_caches(super().__getstate__())
+
+    def __setstate__(self, state):
+        # Never taken from a pickle either (older ones hold them): another version may have
+        # packed them in another layout, which these kernels would read as another noise law.
+        super().__setstate__(self._without_packed_caches(state))
+
+    def _without_packed_caches(self, state):
+        return {k: v for k, v in state.items() if k not in self._PACKED_CACHES}
 
     def _bounds(self):
         return check_bounds(self.bounds, integer=self._integer, owner=type(self).__name__)
