@@ -619,3 +619,31 @@ def test_discrete_laplace_on_cells_samples_its_transition(mutant, monkeypatch):
         return
     with pytest.raises(AssertionError, match="does not sample its transition_matrix_"):
         audit_sampler(mech, labels=[0, 2495, 4990], n_per_label=60_000)
+
+
+@pytest.mark.filterwarnings("ignore::skdp_label.PrivacyLeakWarning")
+@pytest.mark.parametrize("name", sorted(__import__("skdp_label.mechanisms", fromlist=["x"])
+                                        .mechanism_names()))
+def test_no_mechanism_pickles_or_unpickles_its_packed_tables(name):
+    # The rule above, for every mechanism (BaseLabelMechanism._PACKED_CACHES): the row
+    # tables of the discrete mechanisms and quantization's are packed too.
+    from skdp_label._warmup import _public_inputs
+
+    kwargs, column = _public_inputs(name)
+    mech = get_mechanism_class(name)(epsilon=1.0, random_state=3, **kwargs)
+    mech.fit_transform(column)  # 20,000 labels: the bulk paths pack their tables
+    # Every cache of packed tables the library keeps is declared (a mutant dropping one
+    # from _PACKED_CACHES is caught here).
+    packed = {"_row_sampler", "_row_tables", "_alias_table", "_cell_table"} & set(vars(mech))
+    assert packed <= set(type(mech)._PACKED_CACHES)
+    fresh = pickle.loads(pickle.dumps(mech))
+    assert not set(vars(fresh)) & set(type(mech)._PACKED_CACHES)
+    # A pickle holding bogus tables (another version's layout) is not believed either.
+    state = {**mech.__dict__, **{k: "another layout" for k in type(mech)._PACKED_CACHES}}
+    planted = type(mech).__new__(type(mech))
+    planted.__setstate__(state)
+    assert not set(vars(planted)) & set(type(mech)._PACKED_CACHES)
+    # Rebuilt on demand: the same release from the same seed.
+    outputs = [m.set_params(random_state=4).transform(column) for m in (mech, fresh, planted)]
+    for other in outputs[1:]:
+        assert np.array_equal(np.asarray(other), np.asarray(outputs[0]))

@@ -112,12 +112,27 @@ class BaseLabelMechanism(
     _label_dtype = np.float64
     #: Largest epsilon the samplers represent faithfully (continuous noise).
     _max_epsilon = 20.0
+    #: Attributes holding tables packed for the sampling kernels (public, rebuilt
+    #: on demand from the fitted mechanism): never pickled, nor taken from a
+    #: pickle, where another version may have packed them in another layout,
+    #: which the kernels would read as another noise law (a Gaussian pickled
+    #: before its envelope records changed sampled 26x too little noise).
+    _PACKED_CACHES = ()
 
     @abstractmethod
     def __init__(self, epsilon=1.0, *, accountant=None, random_state=None):
         self.epsilon = epsilon
         self.accountant = accountant
         self.random_state = random_state
+
+    def __getstate__(self):
+        return self._without_packed_caches(super().__getstate__())
+
+    def __setstate__(self, state):
+        super().__setstate__(self._without_packed_caches(state))
+
+    def _without_packed_caches(self, state):
+        return {k: v for k, v in state.items() if k not in self._PACKED_CACHES}
 
     # -- hooks ------------------------------------------------------------
     @abstractmethod
@@ -459,6 +474,8 @@ class BaseDiscreteMechanism(BaseLabelMechanism):
         from .._kernels._sampling import categorical_codes
 
         return categorical_codes(codes, rng, self._categorical_tables())
+
+    _PACKED_CACHES = ("_row_sampler",)
 
     def _categorical_tables(self):
         """Sampler tables of the (public) matrix, rebuilt whenever it changes."""

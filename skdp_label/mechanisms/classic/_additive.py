@@ -140,18 +140,7 @@ class BaseAdditiveMechanism(BaseLabelMechanism):
     }
     _integer = False
     # Tables packed for the kernels on a large release (public, rebuilt from epsilon).
-    _PACKED_CACHES = ("_alias_table", "_cell_table")  # not pickled (__getstate__)
-
-    def __getstate__(self):
-        return self._without_packed_caches(super().__getstate__())
-
-    def __setstate__(self, state):
-        # Never taken from a pickle either (older ones hold them): another version may have
-        # packed them in another layout, which these kernels would read as another noise law.
-        super().__setstate__(self._without_packed_caches(state))
-
-    def _without_packed_caches(self, state):
-        return {k: v for k, v in state.items() if k not in self._PACKED_CACHES}
+    _PACKED_CACHES = ("_alias_table", "_cell_table")
 
     def _bounds(self):
         return check_bounds(self.bounds, integer=self._integer, owner=type(self).__name__)

@@ -111,7 +111,7 @@ class _QuantizationBase(BaseDiscreteMechanism):
         self.output_values_ = outputs
         self._pieces = pieces
         self._rows = rows
-        self._row_tables = categorical_tables(rows)  # exact-tail sampler tables
+        self._row_tables = categorical_tables(rows)  # exact-tail sampler tables (packed)
         self.expected_error_ = float(
             (row_weights(pieces, outputs, prior, self.objective) * rows).sum()
         )
@@ -143,7 +143,16 @@ class _QuantizationBase(BaseDiscreteMechanism):
         # end with one uniform, then sample its row with another, label by
         # label in one pass (no row array).
         pieces = (self._pieces.left, self._pieces.right)
-        return sample_rows(rng, self.output_values_, y=y, pieces=pieces, tables=self._row_tables)
+        return sample_rows(rng, self.output_values_, y=y, pieces=pieces, tables=self._tables())
+
+    _PACKED_CACHES = ("_row_tables", *BaseDiscreteMechanism._PACKED_CACHES)
+
+    def _tables(self):
+        """The exact-tail sampler tables of ``_rows`` (packed at fit; rebuilt after
+        unpickling, which leaves them out)."""
+        if getattr(self, "_row_tables", None) is None:
+            self._row_tables = categorical_tables(self._rows)
+        return self._row_tables
 
 
 _COMMON_DOC = """    bounds : tuple (lo, hi)
