@@ -130,17 +130,21 @@ def _centred(target):
     return center, centred, _SOLVE_RTOL * float(np.abs(centred).max())
 
 
-def _not_invertible(name, what, matrix, prefix=""):
+def _why_not_invertible(matrix):
     rank = np.linalg.matrix_rank(matrix)
-    why = (
-        f"its transition matrix has rank {rank} for {matrix.shape[0]} label values (the "
-        "output distributions of some labels are mixtures of others', e.g. several labels "
-        "share one, or they are affine in the label)"
-        if rank < matrix.shape[0]
-        else "its transition matrix is too ill-conditioned to invert"
-    )
+    if rank < matrix.shape[0]:
+        return f"has rank {rank} for {matrix.shape[0]} label values"
+    return "is too ill-conditioned to invert"
+
+
+def _not_invertible(name, what, matrix, prefix=""):
+    why = _why_not_invertible(matrix)
+    if why.startswith("has rank"):
+        why += (" (the output distributions of some labels are mixtures of others', e.g. "
+                "several labels share one, or they are affine in the label)")
     return ValueError(
-        f"{prefix}no unbiased estimate of {what} exists from {name}'s outputs: {why}."
+        f"{prefix}no unbiased estimate of {what} exists from {name}'s outputs: its transition "
+        f"matrix {why}."
     )
 
 
@@ -420,11 +424,10 @@ def unbiased_mse_scorer(mechanism: BaseLabelMechanism) -> Callable:
         return _NoisyLabelScorer(unbiased_mse, mechanism, -1.0)
     matrix = _transition(mechanism)[0]
     warn_caller(
-        f"unbiased_mse_scorer: {type(mechanism).__name__}'s transition matrix has rank "
-        f"{np.linalg.matrix_rank(matrix)} for {matrix.shape[0]} label values, so no unbiased "
-        "estimate of the squared label exists; the scores are the true-label MSE up to a term "
-        "that does not depend on the model: model selection stays unbiased, the scores' "
-        "values are not the MSE.",
+        f"unbiased_mse_scorer: {type(mechanism).__name__}'s transition matrix "
+        f"{_why_not_invertible(matrix)}, so no unbiased estimate of the squared label exists; "
+        "the scores are the true-label MSE up to a term that does not depend on the model: "
+        "model selection stays unbiased, the scores' values are not the MSE.",
         UserWarning,
     )
     return _NoisyLabelScorer(shifted_mse, mechanism, -1.0)
