@@ -11,8 +11,8 @@ rebound to pure-Python equivalents:
 * :func:`~._philox.begin_row` -> what its overload does (nothing for a numpy
   ``Generator``, ``rng.begin_row(i)`` otherwise);
 * the held state of :mod:`._pcg64` (``hold``, ``held_digit``,
-  ``held_int_digit``, ``release``) -> draws from ``rng`` itself, as their
-  overloads for a numpy ``Generator`` do;
+  ``held_int_digit``, ``release``) -> draws from ``rng`` itself, as those
+  intrinsics do for any source but a stream;
 * the intrinsics -> :func:`~._intrinsics.prefetch` does nothing,
   :func:`~._intrinsics.float_bits` is the IEEE-754 bit pattern (a Python
   int: the kernels only subtract patterns of non-negative floats, which
