@@ -66,6 +66,15 @@ def _payload_slots(context, builder, stream_ty, stream):
     return slots, invariant
 
 
+def _increment(builder, slots, invariant):
+    """The increment's two words, loaded as invariant (never written after
+    :func:`_new_stream`)."""
+    words = [builder.load(slot) for slot in slots[2:]]
+    for word in words:
+        word.set_metadata("invariant.load", invariant)
+    return words
+
+
 def _pcg64_next(builder, hi, lo, inc_hi, inc_lo):
     """(new hi, new lo, 64-bit output) of one PCG64 step from the words."""
     i64, i128 = ir.IntType(64), ir.IntType(128)
@@ -102,10 +111,8 @@ def _pcg64_step(typingctx, stream):
 
     def codegen(context, builder, signature, args):
         slots, invariant = _payload_slots(context, builder, signature.args[0], args[0])
-        hi, lo, inc_hi, inc_lo = (builder.load(slot) for slot in slots)
-        inc_hi.set_metadata("invariant.load", invariant)
-        inc_lo.set_metadata("invariant.load", invariant)
-        high, low, output = _pcg64_next(builder, hi, lo, inc_hi, inc_lo)
+        hi, lo = builder.load(slots[0]), builder.load(slots[1])
+        high, low, output = _pcg64_next(builder, hi, lo, *_increment(builder, slots, invariant))
         builder.store(high, slots[0])
         builder.store(low, slots[1])
         return output
@@ -191,11 +198,8 @@ def _held_draw(rng, state, digit_type):
 
     def codegen(context, builder, signature, args):
         slots, invariant = _payload_slots(context, builder, signature.args[0], args[0])
-        inc_hi, inc_lo = builder.load(slots[2]), builder.load(slots[3])
-        inc_hi.set_metadata("invariant.load", invariant)
-        inc_lo.set_metadata("invariant.load", invariant)
         hi, lo = (builder.extract_value(args[1], k) for k in range(2))
-        high, low, output = _pcg64_next(builder, hi, lo, inc_hi, inc_lo)
+        high, low, output = _pcg64_next(builder, hi, lo, *_increment(builder, slots, invariant))
         # The output's top 53 bits: rng.random()'s digit, (output >> 11) *
         # 2**-53 * 2**53 exactly; as a float through a signed conversion (one
         # instruction; x86 has no unsigned one below AVX-512), exact below 2**53.
