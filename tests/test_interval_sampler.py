@@ -36,25 +36,26 @@ _D = 2**53
 
 def _exact_law(tables):
     """The sampled matrix as Fractions, from the tables alone: row i's digit
-    d < qd (or d = qd with probability frac) -> the tail's exponent groups;
-    else position t = d - qd (low cells) or d - qd + start (from the first
-    high digit on), in the cell [C_c, C_(c+1)) holding it, cell c -> output
-    c mod n_out."""
+    d is position t = d for d < Ld (low cells), t = d + start for
+    Ld <= d < 2**53 - qd (high cells), the last of them (the tie) with weight
+    1 - frac; the top qd digits (and the tie with probability frac) go to the
+    tail's exponent groups. Cell c [C_c, C_(c+1)) -> output c mod n_out."""
     n_out = tables.n_out
     c = [int(x) for x in tables.boundaries]
+    ld = c[n_out]
     order, cdf, group_end, group_q, n_groups = tables.tail
     law = []
-    for i, (qd, frac, first_high, start) in enumerate(tables.heads.tolist()):
-        qd, first_high, start = int(qd), int(first_high), int(start)
+    for i, ((qd, frac, _), start) in enumerate(zip(tables.heads.tolist(), tables.starts.tolist())):
+        qd = int(qd)
         frac = Fraction(frac)
         row = [Fraction(0)] * n_out
         for cell in range(n_out):  # low positions [0, ld)
             row[cell] += c[cell + 1] - c[cell]
-            if c[cell] <= 0 < c[cell + 1]:
-                row[cell] -= frac  # the tie digit d = qd sent to the tail
-        t0, t1 = first_high - qd + start, _D - qd + start
+        t0, t1 = ld + start, _D - qd + start
         for cell in range(n_out, 2 * n_out):
             row[cell - n_out] += max(0, min(t1, c[cell + 1]) - max(t0, c[cell]))
+            if c[cell] <= t1 - 1 < c[cell + 1]:
+                row[cell - n_out] -= frac  # the tie digit, sent to the tail with probability frac
         row = [x / _D for x in row]
         tail = (qd + frac) / _D
         if tail:
@@ -169,13 +170,14 @@ def test_a_wrong_table_is_caught(mutation):
     if mutation == "window-shifted":  # row 5's run moved one cell right
         i = 5
         cells = tables.boundaries
-        start = int(tables.heads[i, 3])
+        start = int(tables.starts[i])
         cell = int(np.searchsorted(cells, start + int(cells[tables.n_out]), side="right")) - 1
-        tables.heads[i, 3] += float(cells[cell + 1] - cells[cell])
+        tables.heads[i, 2] += float(cells[cell + 1] - cells[cell])
         assert _worst_relative_error(tables, matrix) > 1e-3
         assert np.max(np.abs(interval_law(tables)[0] - matrix) / matrix) > 1e-3
     elif mutation == "low-mass":  # L perturbed by 1e-7: low and high parts off
-        tables.heads[:, 2] += 1e-7 * _D
+        tables.constants[3] += 1e-7 * _D
+        tables.table[tables.n_out:2 * tables.n_out + 1] += int(1e-7 * _D)
         assert _worst_relative_error(tables, matrix) > 1e-8
     else:  # a guide record pointing a cell too far: positions found in the wrong cell
         guide = tables.guide
@@ -377,10 +379,10 @@ def _mutant(kernel, old, new):
 
 
 @pytest.mark.parametrize("old, new", [
-    ("                        release(rng, s)\n                        j = _categorical_tail_draw(",
-     "                        j = _categorical_tail_draw("),  # the tail draws from a stale state
-    ("                        )\n                        s = hold(rng)\n                    # The position",
-     "                        )\n                    # The position"),  # no hold after the tail
+    ("                            release(rng, s)\n                            j = _categorical_tail",
+     "                            j = _categorical_tail"),  # the tail draws from a stale state
+    ("                            )\n                            s = hold(rng)\n",
+     "                            )\n"),  # no hold after the tail: its digits are read again
 ], ids=["no-release-before-tail", "no-hold-after-tail"])
 def test_a_kernel_that_forgets_to_release_or_hold_is_caught(old, new):
     key, tables, outputs, n, y, grid, codes = _case("grid")

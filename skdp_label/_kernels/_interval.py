@@ -61,18 +61,19 @@ class IntervalTables:
 
     Attributes
     ----------
-    heads : ndarray of float64, shape (n_rows, 4)
-        Per row: tail digit threshold ``qd``, its fraction, first high digit
-        ``qd + Ld``, the start of its run of high positions (``t = d - qd +
-        start`` from the first high digit on); integers held (exactly) in
-        float64 but the fraction.
+    heads : ndarray of float64, shape (n_rows, 3)
+        Per row: tail digit threshold ``qd`` (the top ``qd`` digits, read
+        from the top: ``2**53 - 1 - d < qd``), its fraction, and the shift
+        ``start`` of its high digits (``t = d + start`` for ``d >= Ld``), an
+        integer held exactly in a float64.
     table : ndarray of int64
         The cells' boundaries ``C`` (``2 n_out + 1`` of them, then a sentinel)
-        followed by the guide's records: for each bucket of ``2**shift``
+        followed by the guide's records (for each bucket of ``2**shift``
         positions, the last cell starting at or before it and the next
-        cell's start.
+        cell's start). Positions reach 2**62.
     constants : ndarray of float64
-        ``(n_out, guide offset in table, guide shift)``.
+        ``(n_out, guide offset in table, guide shift, Ld, top)``: ``top`` is
+        ``2**53 - 1`` minus the largest ``qd`` (digits below it reach no tail).
     tail : tuple
         :func:`._sampling.exponent_groups` tables of the rows' tails (output
         indices in ``order``).
@@ -101,6 +102,11 @@ class IntervalTables:
     def guide(self):
         """The guide's records (first cell, next cell's start), one a bucket."""
         return self.table[int(self.constants[1]):].reshape(-1, 2)
+
+    @property
+    def starts(self):
+        """Each row's shift of its high digits (``t = d + start``)."""
+        return self.heads[:, 2].astype(np.int64)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -197,7 +203,7 @@ def _build(p, tail_columns):
     c_high = _boundaries(high)
     if ld == 0 or ld + int(c_high[-1]) >= _MAX_POSITION:
         return None
-    heads = np.zeros((n_rows, 4))
+    heads = np.zeros((n_rows, 3))
     for i in range(n_rows):
         qd, frac = split_probability(tail_mass[i])
         l, r = int(firsts[i]), int(lasts[i])
@@ -219,22 +225,28 @@ def _build(p, tail_columns):
         start = min(max(start, 0), int(c_high[-1]) - n_high)
         if start < 0:
             return None
-        # Digit qd + ld + k is high position ld + start + k: t = d - qd + start.
-        heads[i] = qd, frac, qd + ld, start
+        # A float64 (the kernel reads it from the heads): rounded down to one
+        # beyond 2**53 (spacing 2, 4, ... digits, counted in the law).
+        exact = np.float64(start)
+        if int(exact) > start:
+            exact = np.nextafter(exact, 0.0)
+        # High digit ld + k is position ld + start + k: t = d + start.
+        heads[i] = qd, frac, exact
     # Boundaries of all 2 n cells:
     boundaries = np.concatenate([c_low, ld + c_high[1:]])
     last = int(boundaries[-1])
     shift = max(0, int(last // (_GUIDE_PER_CELL * 2 * n_out)).bit_length())
     n_guide = (last >> shift) + 1
-    starts = np.arange(n_guide, dtype=np.int64) << shift
+    buckets = np.arange(n_guide, dtype=np.int64) << shift
     # The last cell whose start is <= the bucket's start (cells of width 0
     # are skipped by the kernel's steps).
-    guide = np.clip(np.searchsorted(boundaries, starts, side="right") - 1, 0, 2 * n_out - 1)
+    guide = np.clip(np.searchsorted(boundaries, buckets, side="right") - 1, 0, 2 * n_out - 1)
     sentinel = np.iinfo(np.int64).max
     with_sentinel = np.append(boundaries, sentinel)
     records = np.stack([guide, with_sentinel[guide + 1]], axis=1).reshape(-1)
     table = np.concatenate([with_sentinel, records]).astype(np.int64)
-    constants = np.array([n_out, boundaries.size + 1, shift], dtype=np.float64)
+    top = _DIGIT_INT - 1 - int(heads[:, 0].max())
+    constants = np.array([n_out, boundaries.size + 1, shift, ld, top], dtype=np.float64)
     tables = IntervalTables(heads, table, constants, _tail_tables(tail_values, tail_mass),
                             tail_mass, None)
     tables.windows = np.stack([firsts, lasts], axis=1)
@@ -246,32 +258,32 @@ def interval_law(tables):
     exactly from them, and a bound of its error from the counting's own
     float rounding and the tail's exponent groups (absolute, per entry).
 
-    Row i's digits: ``d < qd_i`` (and ``d = qd_i`` with probability
-    ``frac_i``) go to the tail, with its exponent groups' law; then position
-    ``t = d - qd_i`` for ``d < qd_i + Ld`` (the low cells; the tie digit at
-    ``t = 0`` keeps weight ``1 - frac_i``), else ``t = d - qd_i + start_i``
-    (the high cells). A cell's probability is the count of its positions.
+    Row i's digit ``d`` is its position ``t = d`` for ``d < Ld`` (the low
+    cells), ``t = d + start_i`` for ``Ld <= d < 2**53 - qd_i`` (the high
+    cells); the top ``qd_i`` digits go to the tail, with its exponent
+    groups' law, and so does the next one (the tie) with probability
+    ``frac_i``. A cell's probability is the count of its positions.
     """
     from ._sampling import _DIGIT
 
     heads = tables.heads
     n_rows, n_out = heads.shape[0], tables.n_out
     c = tables.boundaries
+    ld = int(c[n_out])
     qd = heads[:, 0].astype(np.int64)
     frac = heads[:, 1]
-    first_high = heads[:, 2].astype(np.int64)
-    start = heads[:, 3].astype(np.int64)
+    start = tables.starts
     # Low cells: positions [0, ld), the same for every row.
     counts = np.broadcast_to(np.diff(c[: n_out + 1]), (n_rows, n_out)).copy()
     # High cells: positions [t0, t1) (integers below 2**62).
-    t0 = (first_high - qd + start)[:, None]
+    t0 = (ld + start)[:, None]
     t1 = (_DIGIT_INT - qd + start)[:, None]
     k = np.minimum(t1, c[None, n_out + 1:]) - np.maximum(t0, c[None, n_out:-1])
     counts += np.maximum(k, 0)
     law = counts.astype(np.float64) / _DIGIT  # exact to float rounding (2**-53 relative)
-    # The tie digit: weight 1 - frac at t = 0 (the first low cell of positive width).
-    first = int(np.searchsorted(tables.boundaries, 0, side="right") - 1)
-    law[:, first] -= frac / _DIGIT
+    # The tie digit (the last high one) keeps weight 1 - frac.
+    last = np.searchsorted(c, t1[:, 0] - 1, side="right") - 1 - n_out
+    law[np.arange(n_rows), last] -= frac / _DIGIT
     # The tail: mass (qd + frac) / 2**53, exactly, spread by its groups.
     order, cdf, group_end, group_q, n_groups = tables.tail
     tail_mass = (qd + frac) / _DIGIT
