@@ -12,25 +12,26 @@ pick the output from tables shared by all rows (a few tens of kilobytes, in
 the cache, where the per-row alias tables of :func:`._sampling.categorical_tables`
 are megabytes): all probabilities are counted in *digit units* (2**-53), and
 the cumulative sums of ``a`` (the low cells) then of ``b`` (the high cells)
-are integer boundaries ``C`` of one array of ``2 n`` cells. A row's digit
-``d`` is first compared with its exact tail (``d <= qd_i``, see below); the
-next ``Ld`` digit values are the low cells (position ``t = d - qd_i``), the
-rest its window of the high cells (``t = d - qd_i + shift_i``, a run of
-``2**53 - qd_i - Ld`` consecutive positions starting inside the window's
-first cell). The cell of ``t`` is found through a guide table (Chen and
-Asau: the cell of each multiple of ``2**guide_shift``, then a step or two
-along ``C``) and, for the high part, clamped to the row's window. All of it
-is integer arithmetic on exact integers, so the law a row samples is the
-count of positions each cell receives: :func:`interval_law` recomputes it
-from the tables exactly, and :func:`interval_tables` accepts the tables only
-when every positive entry is within ``rtol`` (1e-9) relative of the matrix.
+are integer boundaries ``C`` of one array of ``2 n`` cells. A low digit
+(``d < Ld``, ``Ld ~ L 2**53``) is its own position ``t = d``; a high digit is
+shifted into the row's window, ``t = d + start_i``: the row's high digits are
+a run of consecutive positions over its window, its end cells in part. The
+top ``qd_i`` digits go to the row's exact tail. The cell of ``t`` is found
+through a guide table (Chen and Asau: for each bucket of ``2**shift``
+positions, the last cell starting at or before it and the next cell's start;
+one compare, rarely a few steps). All of it is integer arithmetic on exact
+integers, so the law a row samples is the count of positions each cell
+receives: :func:`interval_law` computes it from the tables, and
+:func:`interval_tables` keeps them only when every positive entry is within
+``rtol`` (1e-9) relative of the matrix.
 
-Columns whose entries cannot be met that way (tiny ``a_j``: a digit is 2**-53,
-so an entry of 1e-7 is only ~900 digits' worth, and the window's ends are
-placed to a digit) go, whole, to an exact *tail* (the exponent groups of
-:func:`._sampling.exponent_groups`, reached by an exact Bernoulli of the
-row's tail mass on the same digit, as :func:`._sampling.categorical_tables`
-does). Nothing is approximated silently: a matrix without the structure, or
+Entries the counting cannot meet (a tiny ``a_j``: a digit is 2**-53, an
+entry of 1e-13 is a thousandth of one) go, with their whole column, to the
+exact tail (the exponent groups of :func:`._sampling.exponent_groups`,
+reached by an exact Bernoulli of the row's tail mass on the same digit, as
+:func:`._sampling.categorical_tables` does), and so does the excess of a
+row's high cells away from its window (a second run, e.g. one isolated high
+cell). Nothing is approximated silently: a matrix without the structure, or
 whose tail would be large, gets None (the generic per-row tables).
 """
 
