@@ -22,6 +22,7 @@ import numba
 import numpy as np
 import pytest
 from _audit import _pooled_chi_square, audit_sampler
+from test_carried_state import _three_ways
 from test_fast_samplers import _keyed
 
 from skdp_label import PrivacyLeakWarning
@@ -312,37 +313,28 @@ def _case(path, n=3000):
     return (True, "interval"), tables, outputs, n, y, grid, S._EMPTY_I
 
 
-def _runs(kernel, args_for):
-    runs = {}
-    for how in ("stream", "generator", "twin"):
-        rng = np.random.default_rng(21)
-        args, out = args_for(rng)
-        if how == "stream":
-            call_with_stream(kernel, rng, *args)
-        elif how == "generator":
-            kernel(*args)
-        else:
-            _twin.twin(kernel)(*args)
-        runs[how] = (out.view(np.int64).copy(), rng.bit_generator.state, out)
-    return runs
+def _twin_run(kernel, args_for):
+    """(output bits, final state) of the kernel's twin from seed 21."""
+    rng = np.random.default_rng(21)
+    args, out = args_for(rng)
+    _twin.twin(kernel)(*args)
+    return out.view(np.int64).copy(), rng.bit_generator.state
 
 
 @pytest.mark.parametrize("path", ["codes", "grid", "grid-buckets"])
 def test_twin_stream_and_generator_agree_bit_for_bit(path):
     key, tables, outputs, n, y, grid, codes = _case(path)
     kernel, args_for = _args(key, tables, outputs, n, y, grid, codes)
-    runs = _runs(kernel, args_for)
-    for how in ("stream", "generator"):
-        assert np.array_equal(runs[how][0], runs["twin"][0]), how
-        assert runs[how][1] == runs["twin"][1], how
+    out = _three_ways(kernel, args_for)  # the stream, numba's Generator and the twin agree
     # The tail was drawn: more digits read than one a label (and one a rounding).
+    _, state = _twin_run(kernel, args_for)
     plain = np.random.default_rng(21)
     plain.random(n * (1 if path == "codes" else 2))
-    assert runs["twin"][1] != plain.bit_generator.state
+    assert state != plain.bit_generator.state
     # sample_rows runs this kernel: the same outputs from the same seed.
     kwargs = {"codes": codes} if path == "codes" else {"y": y, "grid": grid}
     same = S.sample_rows(np.random.default_rng(21), outputs, interval=tables, **kwargs)
-    assert np.array_equal(same.view(np.int64), runs["twin"][0])
+    assert np.array_equal(same.view(np.int64), out.view(np.int64))
 
 
 def test_keyed_rows_read_their_own_streams():
@@ -387,9 +379,8 @@ def _mutant(kernel, old, new):
 def test_a_kernel_that_forgets_to_release_or_hold_is_caught(old, new):
     key, tables, outputs, n, y, grid, codes = _case("grid")
     kernel, args_for = _args(key, tables, outputs, n, y, grid, codes)
-    expected = _runs(kernel, args_for)["twin"]
+    bits, state = _twin_run(kernel, args_for)
     rng = np.random.default_rng(21)
     args, out = args_for(rng)
     call_with_stream(_mutant(kernel, old, new), rng, *args)
-    assert not (np.array_equal(out.view(np.int64), expected[0])
-                and rng.bit_generator.state == expected[1])
+    assert not (np.array_equal(out.view(np.int64), bits) and rng.bit_generator.state == state)
