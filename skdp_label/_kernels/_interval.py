@@ -87,9 +87,9 @@ class IntervalTables:
         the matrix is 0), from :func:`interval_law`.
     """
 
-    def __init__(self, heads, table, constants, tail, tail_mass, bound):
+    def __init__(self, heads, table, constants, tail, tail_mass, windows, bound=None):
         self.heads, self.table, self.constants = heads, table, constants
-        self.tail, self.tail_mass, self.bound = tail, tail_mass, bound
+        self.tail, self.tail_mass, self.windows, self.bound = tail, tail_mass, windows, bound
 
     @property
     def n_out(self):
@@ -249,8 +249,7 @@ def _build(p, tail_columns):
     top = _DIGIT_INT - 1 - int(heads[:, 0].max())
     constants = np.array([n_out, boundaries.size + 1, shift, ld, top], dtype=np.float64)
     tables = IntervalTables(heads, table, constants, _tail_tables(tail_values, tail_mass),
-                            tail_mass, None)
-    tables.windows = np.stack([firsts, lasts], axis=1)
+                            tail_mass, np.stack([firsts, lasts], axis=1))
     return tables
 
 
