@@ -121,3 +121,14 @@ def test_a_subnormal_domain_bin_lookup_is_the_search():
     y = _probe(values, np.random.default_rng(5))
     lookup = BinLookup(values, np.array([0, 0, 1, 1, 2, 2]))
     np.testing.assert_array_equal(lookup(y), lookup.bin_map[nearest_by_search(values, y)])
+
+
+def test_arithmetic_indices_fit_the_int32_conversion():
+    # The arithmetic passes (rounding, nearest rows, MVU's pieces) convert a
+    # grid index to int64 through int32 (vectorised): exact only while every
+    # arithmetic grid has fewer than 2**31 points, which arithmetic_grid
+    # guarantees; a larger cap would wrap indices silently.
+    assert S._MAX_ARITHMETIC_POINTS <= 2**31
+    values = np.linspace(-3.0, 5.0, 1001)
+    y = np.concatenate([values, np.random.default_rng(2).uniform(-4.0, 6.0, 3000)])
+    np.testing.assert_array_equal(S.nearest_indices(values, y), nearest_by_search(values, y))

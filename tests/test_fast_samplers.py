@@ -280,6 +280,40 @@ def test_cell_thresholds_compare_as_their_floats():
     np.testing.assert_array_equal(a.view(np.int64) < b.view(np.int64), a < b)
 
 
+@pytest.mark.parametrize("starts, empty", [([0.0], None), ([0.0, 4.0], None),
+                                           ([0.0, 2.5, 6.0], None), ([0.0, 2.5, 6.0], 1),
+                                           ([0.0, 3.0, 5.0, 7.5], None), ([0.0, 3.0, 5.0, 7.5], 2),
+                                           ([0.0, 1.0, 1.0, 7.5], None), ([0.0, 3.0, 3.0, 3.0], None)])
+def test_few_pieces_ends_are_the_indexed_ends(starts, empty):
+    # Up to four pieces, the pass selects a label's piece ends among hoisted
+    # scalars (no indexed loads): the same pieces, positions and floats as
+    # indexing left/right by the count of starts, with repeated starts and
+    # empty pieces; labels on the ends and outside.
+    left = np.array(starts)
+    right = np.append(left[1:], 10.0)
+    if empty is not None:
+        right[empty] = left[empty]  # an empty piece (repeated starts make some too)
+    left, par = S.piece_lookup(left, right)
+    y = np.concatenate([np.random.default_rng(left.size).uniform(-1.0, 11.0, 997), left, right,
+                        np.nextafter(left, -np.inf), [-0.0, 1e300, -1e300]])
+    pos, t = np.empty(y.size, np.int64), np.empty(y.size)
+    S._piece_positions(y, 0, y.size, left, right, par, pos, t)
+    ref_pos = np.clip((left[None, :] <= y[:, None]).sum(axis=1) - 1, 0, left.size - 1)
+    width = right[ref_pos] - left[ref_pos]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ref_t = np.where(width > 0.0, (y - left[ref_pos]) / width, 0.0)
+    ref_t = np.clip(ref_t, 0.0, 1.0) + 0.0
+    np.testing.assert_array_equal(pos, ref_pos)
+    np.testing.assert_array_equal(t.view(np.int64), ref_t.view(np.int64))
+    # Mutation: the ends of the piece after (a select one off) are seen.
+    if left.size > 1 and empty is None and np.unique(left).size == left.size:
+        shifted = np.minimum(ref_pos + 1, left.size - 1)
+        w2 = right[shifted] - left[shifted]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            wrong = np.clip(np.where(w2 > 0.0, (y - left[shifted]) / w2, 0.0), 0.0, 1.0) + 0.0
+        assert not np.array_equal(wrong, t)
+
+
 @pytest.mark.parametrize("n_pieces", [1, 2, 4, 5, 64, 65, 300, -15, -300])
 @pytest.mark.parametrize("keyed", [False, True])
 def test_piece_rows_is_the_vectorised_end_choice(n_pieces, keyed):

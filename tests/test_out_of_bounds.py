@@ -123,3 +123,63 @@ def test_regressor_passes_the_policy_through_mechanism_params():
         ).fit(X, y)
     assert reg.mechanism_.out_of_bounds == "clip"
     assert acc.spent_epsilon == 1.0
+
+
+# -- releases of at least NUMPY_BELOW labels: one pass (labels_within) -----------------
+
+
+def _large(bad_at=None, bad=None):
+    from skdp_label.mechanisms._validation import NUMPY_BELOW
+
+    y = np.resize(INSIDE, NUMPY_BELOW + 3)
+    if bad_at is not None:
+        y[bad_at] = bad
+    return y
+
+
+def _compiled_within():
+    # The one-pass check's kernel compiled here (else a background compiler may
+    # still be filling the cache, and the two reductions run instead).
+    from skdp_label._kernels._sampling import count_outside
+
+    count_outside(np.zeros(1), 0.0, 1.0, False)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 13.0, -7.0, np.nextafter(10.0, 11.0)])
+@pytest.mark.parametrize("where", [0, -1, 54_321])
+def test_labels_within_is_true_only_for_finite_labels_in_range(bad, where):
+    from skdp_label.mechanisms._validation import labels_within
+
+    _compiled_within()
+    assert labels_within(_large(), *BOUNDS)
+    assert labels_within(_large().reshape(-1, 1), *BOUNDS)  # a column, as _validate_labels has it
+    assert not labels_within(_large(where, bad), *BOUNDS)
+    # Not applicable (False: the caller checks itself): small, strided, infinite bounds.
+    assert not labels_within(INSIDE, *BOUNDS)
+    assert not labels_within(np.repeat(_large(), 2)[::2], *BOUNDS)
+    assert not labels_within(_large(), -np.inf, np.inf)
+
+
+@pytest.mark.parametrize("name", ["rqm", "mvu", "debiased-rr", "exponential", "laplace"])
+def test_large_releases_keep_the_policy(name, monkeypatch):
+    import skdp_label.mechanisms._base as base
+
+    _compiled_within()
+    passes = []
+    within = base.labels_within
+    monkeypatch.setattr(base, "labels_within", lambda *a: passes.append(within(*a)) or passes[-1])
+    acc = BudgetAccountant()
+    mech = make(name, accountant=acc, random_state=0).fit(INSIDE)
+    passes.clear()
+    assert mech.transform(_large()).shape == _large().shape
+    assert passes == [True]  # the one-pass check ran and accepted the labels
+    for bad in (np.nan, np.inf, 13.0):
+        spent = acc.spent_epsilon
+        message = "NaN or infinite" if bad != 13.0 else "outside the declared range"
+        with pytest.raises(ValueError, match=message):
+            mech.transform(_large(-1, bad))
+        assert acc.spent_epsilon == spent
+    # 'clip' still clips: the same release as the clipped labels (same seed, context).
+    mech.set_params(out_of_bounds="clip")
+    y = _large(7, 13.0)
+    np.testing.assert_array_equal(mech.transform(y), mech.transform(np.clip(y, *BOUNDS)))

@@ -146,6 +146,7 @@ class _Numpy:
     log = staticmethod(_log)
     exp = staticmethod(_exp)
     int64 = int  # truncation toward zero, as numba's float -> int64
+    int32 = int  # the same, for the indices below 2**31 the kernels convert through int32
     # The kernels convert only non-negative int64 indices to uint64 (no
     # wraparound arithmetic): the same value as a Python int, which CPython
     # indexes and multiplies several times faster than a numpy scalar.

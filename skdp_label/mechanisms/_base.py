@@ -44,7 +44,7 @@ from ..utils._random import (
     release_generator,
 )
 from ..utils._repr import PrivacyReprMixin, format_number
-from ._validation import NUMPY_BELOW, EpsilonInterval
+from ._validation import NUMPY_BELOW, EpsilonInterval, labels_within
 
 __all__ = ["BaseLabelMechanism", "BaseDiscreteMechanism", "OUT_OF_BOUNDS_CONSTRAINT", "OUT_OF_BOUNDS_DOC"]
 
@@ -252,6 +252,11 @@ class BaseLabelMechanism(
             ensure_all_finite=False,
             ensure_min_samples=1,
         )
+        label_range = self._label_range()
+        if label_range is not None and y2d.dtype.kind == "f" and labels_within(y2d, *label_range):
+            # Every label finite and in range, in one pass (a release's common case).
+            self._check_label_values(y2d)
+            return y2d, one_d
         # min and max propagate NaN and show infinities: two reductions, no
         # label-sized temporary; the extremes are compared and dropped.
         extremes = (y2d.min(), y2d.max()) if y2d.dtype.kind == "f" and y2d.size else None
@@ -263,7 +268,6 @@ class BaseLabelMechanism(
                 f"{type(self).__name__}: y contains NaN or infinite labels; labels must be "
                 "finite numbers."
             )
-        label_range = self._label_range()
         if label_range is not None:
             y2d = self._apply_out_of_bounds(y2d, label_range, extremes)
         self._check_label_values(y2d)
