@@ -359,11 +359,12 @@ def staircase_one_sided(c, rng):
 
 def bulk_constants(m0, tail_probability, n_entries, cell=1, lam=0.0, squeeze=0):
     """Constants of :func:`staircase_additive_bulk` (``cell``: values per
-    table entry, 1 for a table of values; a table of cells, a power of two,
-    also gives the rate ``lam`` and the ``squeeze`` of ``laplace_cell_table``):
+    table entry, 1 for a table of values, 0 for a table of pieces of their
+    own lengths; a table of cells, a power of two, also gives the rate
+    ``lam`` and the ``squeeze`` of ``laplace_cell_table``):
     (qd, frac, bulk scale, m0, cell, 53 - log2(cell), squeeze, lam)."""
     qd, frac = split_probability(tail_probability)
-    shift = 53 - (int(cell).bit_length() - 1)
+    shift = 53 - (max(int(cell), 1).bit_length() - 1)
     if cell > 1 and 1 << (53 - shift) != cell:
         raise ValueError(f"a table's cells hold a power of two of values, not {cell}.")
     return np.array([qd, frac, n_entries / (_DIGIT - qd), float(m0), float(cell), float(shift),
@@ -439,23 +440,33 @@ def envelope_records(prob, alias, cell, squeeze):
     ).reshape(-1))
 
 
-_NO_STEPS = np.zeros((0, 4))
-
-
-def step_records(starts, sizes):
-    """The ``steps`` of :func:`staircase_additive_bulk`: per entry, its first
-    value, its number of values m, 2**53 - (2**53 mod m), below which a
-    digit's residue mod m is exactly uniform, and 1 / m (for
-    :func:`_float_residue`); all exact integers but 1 / m, as floats."""
+def piece_records(prob, alias, starts, sizes):
+    """:func:`cell_records` of a table of *pieces* (entries of ``sizes[j]``
+    equal-weight values from ``starts[j]``, ``staircase_cell_table``), for
+    :func:`_staircase_additive_bulk`: one 56-byte record per entry j, (t_j,
+    s(a), s(j) - s(a), u(a), u(j) - u(a), m(a), m(j) - m(a)) with a =
+    alias[j], s the entry's first value, m its number of values and u =
+    m / 2**53 when m is a power of two (the value is s + floor(e u) for a
+    digit e: its top log2 m bits), 0 otherwise (the value is drawn on the
+    rare path, :func:`_step_offset`, from m). Exact: the s and m are
+    integers with |s| + m <= 2**52 (checked) and the u powers of two in
+    [2**-53, 2**-1] (or 0), so every difference, every selected value and
+    every s + offset is exact."""
+    _, threshold, other = _alias_thresholds(prob, alias)
+    starts = np.asarray(starts, dtype=np.int64)
     sizes = np.asarray(sizes, dtype=np.int64)
-    return np.ascontiguousarray(np.stack([
-        np.asarray(starts, np.int64).astype(np.float64), sizes.astype(np.float64),
-        (_DIGIT_INT - _DIGIT_INT % sizes).astype(np.float64), 1.0 / sizes.astype(np.float64),
-    ], axis=1))
+    if not (np.all(sizes >= 1) and np.all(np.abs(starts) + sizes <= 2**52)):
+        raise ValueError("a table of pieces holds at least one value an entry, all below 2**52.")
+    unit = np.where(sizes & (sizes - 1) == 0, sizes / _DIGIT, 0.0)
+    a = other.astype(np.int64)
+    columns = [threshold]
+    for x in (starts.astype(np.float64), unit, sizes.astype(np.float64)):
+        columns += [x[a], x - x[a]]
+    return np.ascontiguousarray(np.stack(columns, axis=1).reshape(-1))
 
 
 def staircase_additive_bulk(
-    y, rng, granularity, c, bulk, prob, alias, clip, lo, hi, steps=None, records=None,
+    y, rng, granularity, c, bulk, prob, alias, clip, lo, hi, pieces=None, records=None,
 ):
     """:func:`staircase_additive` with the bulk from an alias table.
 
@@ -479,23 +490,27 @@ def staircase_additive_bulk(
     digit, the cell kept (the acceptance does not depend on the cell, so
     the cells' masses are the table's). The table from ``laplace_cell_table``.
 
-    A table of *steps* (``steps`` from :func:`step_records`: the staircase
-    on a fine grid, ``staircase_cell_table``) has entries of equal-weight
-    values ``start, ..., start + m - 1``; the value is drawn uniformly inside
-    the entry from a fresh digit (exactly, by rejection).
+    A table of *pieces* (``cell = 0``; ``pieces = (starts, sizes)``: the
+    staircase on a fine grid, ``staircase_cell_table``) has entries of
+    equal-weight values ``start, ..., start + m - 1``; the value is uniform
+    inside the entry, from a fresh digit: its top log2(m) bits when m is a
+    power of two (all entries but at most one a step), else exactly by
+    rejection on a rare path (:func:`_step_offset`).
 
     ``records``: :func:`alias_records` of the table (:func:`cell_records`
-    for a table of cells), if kept from an earlier call (packing a large
-    table costs about as much as 10,000 labels).
+    for a table of cells, :func:`piece_records` for one of pieces), if kept
+    from an earlier call (packing a large table costs about as much as
+    10,000 labels).
     """
     if records is None:
         cell = bulk[4]
-        records = cell_records(prob, alias, cell) if cell > 1.0 else alias_records(prob, alias)
+        if cell == 0.0:
+            records = piece_records(prob, alias, *pieces)
+        else:
+            records = cell_records(prob, alias, cell) if cell > 1.0 else alias_records(prob, alias)
     out = np.empty(y.shape[0], dtype=np.float64)
     kernel_for(_staircase_additive_bulk, rng, y.shape[0])(
-        y, rng, granularity, c, bulk, records, _NO_STEPS if steps is None else steps, clip, lo, hi,
-        out,
-    )
+        y, rng, granularity, c, bulk, records, clip, lo, hi, out)
     return out
 
 
@@ -563,6 +578,20 @@ def _float_residue(d, m, inv_m):
 
 
 @numba.njit(cache=True, nogil=True)
+def _step_offset(e, m, rng):
+    """A uniform integer in [0, m) (a float), for an entry of a table of
+    pieces whose length ``m`` is not a power of two: ``e mod m`` for the
+    digit ``e`` (a float) if it lies below the largest multiple of m (at
+    most 2**53), else the same for fresh digits (probability below m / 2**53
+    a digit): exactly uniform. Not inlined (see :func:`_staircase_tail`)."""
+    size = np.int64(m)
+    limit = _DIGIT_INT - _DIGIT_INT % size
+    while np.int64(e) >= limit:
+        e = _digit(rng)
+    return float(np.int64(e) % size)
+
+
+@numba.njit(cache=True, nogil=True)
 def _staircase_tail(d, qd, frac, c, m0, rng):
     """For a first digit ``d <= qd``: a draw of the tail |Z| >= m0 of
     :func:`staircase_additive_bulk` (m0 plus a one-sided staircase, then the
@@ -576,7 +605,7 @@ def _staircase_tail(d, qd, frac, c, m0, rng):
 
 
 @numba.njit(cache=True, nogil=True)
-def _staircase_additive_bulk(y, rng, granularity, c, bulk, records, steps, clip, lo, hi, out):
+def _staircase_additive_bulk(y, rng, granularity, c, bulk, records, clip, lo, hi, out):
     qd, frac, scale, m0, cell = bulk[0], bulk[1], bulk[2], bulk[3], bulk[4]
     shift, squeeze, lam = np.int64(bulk[5]), np.int64(bulk[6]), bulk[7]  # a table of cells'
     bits_mask = (np.int64(1) << shift) - 1
@@ -593,12 +622,16 @@ def _staircase_additive_bulk(y, rng, granularity, c, bulk, records, steps, clip,
             release(rng, state)
             z = _staircase_tail(d, qd, frac, c, m0, rng)
             state = hold(rng)
-        if z != z and steps.shape[0] > 0:
-            j = np.int64(_alias_pick((d - qd) * scale, records))
+        if z != z and cell == 0.0:  # a table of pieces (piece_records)
+            at, keep, first, unit = _cell_pick((d - qd) * scale, records, 7)
+            # Its value's digit: the top log2(m) bits of a power of two m.
             e, state = held_digit(rng, state)
-            while e >= steps[j, 2]:  # probability below m / 2**53
-                e, state = held_digit(rng, state)
-            z = steps[j, 0] + _float_residue(e, steps[j, 1], steps[j, 3])
+            z = first + np.floor(e * unit)
+            if unit == 0.0:  # another length: exactly, by rejection (rare)
+                release(rng, state)
+                z = first + _step_offset(
+                    e, records[at + np.uint64(5)] + keep * records[at + np.uint64(6)], rng)
+                state = hold(rng)
         elif z != z and cell > 1.0:
             # The cell's first value and sign from its record (cell_records).
             _, _, first, sign = _cell_pick((d - qd) * scale, records, 5)

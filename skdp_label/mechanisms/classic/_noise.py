@@ -236,30 +236,39 @@ def laplace_cell_table(lam, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9
     return m0, tail_probability, prob, alias, big_l, squeeze
 
 
-def staircase_cell_table(lam, width, r, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9):
-    """Alias table of the bulk of the staircase distribution by *steps*, for
-    the fine grids of the continuous staircase (``width`` ~ 2**20 eps values a
-    block: far too many values for :func:`staircase_alias_table`).
+def staircase_cell_table(
+    lam, width, r, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9, piece_mass=2.0**-20,
+    max_pieces=4096,
+):
+    """Alias table of the bulk of the staircase distribution by *pieces of
+    steps*, for the fine grids of the continuous staircase (``width`` ~ 2**20
+    eps values a block: far too many values for :func:`staircase_alias_table`).
 
-    Every value of a step has the same probability, so an entry is a step:
-    the centre -(r - 1), ..., r - 1 (block 0's high step, both signs, and 0),
-    and for each sign block 0's low step and, for blocks k = 1, ..., K - 1,
-    their high and low steps, as long as a block has at least
-    ``min_probability``; the value inside a step is uniform (drawn exactly by
-    the kernel). The tail |z| >= m0 = K width (probability
-    2 p0 b^K M / (1 - b)) is the exact sampler's. Returns None when the
-    table's error bound (digit quantisation and float error, as in
-    :func:`staircase_alias_table`) exceeds ``rtol`` relative, or when it
-    would have more than ``max_entries`` entries or no block beyond 0.
+    Every value of a step has the same probability: the centre -(r - 1), ...,
+    r - 1 (block 0's high step, both signs, and 0), and for each sign block
+    0's low step and, for blocks k = 1, ..., K - 1, their high and low steps,
+    as long as a block has at least ``min_probability``. The tail |z| >= m0 =
+    K width (probability 2 p0 b^K M / (1 - b)) is the exact sampler's. Each
+    step is cut into entries of equal-weight values (:func:`_step_pieces`):
+    pieces of a power of two of values, whose value the kernel reads from a
+    digit's top bits (a shift: no division, no rejection), each of mass at
+    least ``piece_mass``, and at most one entry of any other length per step
+    (its low values: drawn exactly by rejection, on a rare path). Returns
+    None when the table's error bound (digit quantisation and float error, as
+    in :func:`staircase_alias_table`) exceeds ``rtol`` relative (after
+    retrying with coarser pieces), or when it would have more than
+    ``max_entries`` entries or no block beyond 0. Pieces are made coarser
+    (``piece_mass`` times 4) while there would be more than ``max_pieces``
+    entries (the table then stays within L2: 56 bytes an entry).
 
     Returns
     -------
     m0 : int
     tail_probability : float
     prob, alias : ndarray
-        The alias table of the steps.
+        The alias table of the entries.
     starts, sizes : ndarray of int64
-        First value and number of values of each step.
+        First value and number of values of each entry.
     """
     width, r = int(width), int(r)
     p0 = _p_zero(lam, width, r)
@@ -270,24 +279,62 @@ def staircase_cell_table(lam, width, r, min_probability=2e-6, max_entries=1 << 1
     )
     if n_blocks < 2:
         return None
-    starts, sizes, masses = [-(r - 1)], [2 * r - 1], [p0 * (2 * r - 1)]
+    starts, sizes, weights = [-(r - 1)], [2 * r - 1], [p0]
     for k in range(n_blocks):
         steps = [(k * width + r, width - r, k + 1)]  # the low step (weight b^(k+1))
         if k > 0:
             steps.append((k * width, r, k))  # the high step (weight b^k)
         for first, size, power in steps:
             if size > 0:
-                mass = p0 * math.exp(-lam * power) * size
+                weight = p0 * math.exp(-lam * power)
                 starts += [first, -(first + size - 1)]
                 sizes += [size, size]
-                masses += [mass, mass]
-    masses = np.array(masses)
+                weights += [weight, weight]
     m0 = n_blocks * width
     tail_probability = 2.0 * p0 * math.exp(-lam * n_blocks) * block_mass / -math.expm1(-lam)
-    prob, alias = alias_table(masses)
-    if not _alias_error_bound(prob, alias, masses, 1.0 - tail_probability) <= rtol:
-        return None
-    return m0, tail_probability, prob, alias, np.array(starts), np.array(sizes)
+    starts, sizes, weights = np.array(starts), np.array(sizes), np.array(weights)
+    while True:
+        table = _step_pieces(starts, sizes, weights, piece_mass)
+        if table[0].shape[0] <= max_pieces or piece_mass >= 1.0:
+            piece_starts, piece_sizes, masses = table
+            if piece_starts.shape[0] > max_entries:
+                return None
+            prob, alias = alias_table(masses)
+            if _alias_error_bound(prob, alias, masses, 1.0 - tail_probability) <= rtol:
+                return m0, tail_probability, prob, alias, piece_starts, piece_sizes
+            if piece_mass >= 1.0:  # whole steps (no pieces) do not meet it either
+                return None
+        piece_mass *= 4.0
+
+
+def _step_pieces(starts, sizes, weights, piece_mass):
+    """The steps (first value, number of values, weight of a value) cut into
+    entries: for a step of m values of weight w, f the least integer with
+    w 2**f >= ``piece_mass``, its low values (m mod 2**f, if any) and 2**f
+    more make one entry of another length than a power of two (the whole
+    step if m < 2**(f + 1)), and the rest, a multiple of 2**f, is a piece
+    of 2**k values for each of its bits k: every entry has mass >=
+    ``piece_mass`` or is a whole step, and a step has at most one entry of
+    another length, of mass below 4 ``piece_mass``. (starts, sizes,
+    masses)."""
+    out_starts, out_sizes, out_masses = [], [], []
+    for first, m, w in zip(starts.tolist(), sizes.tolist(), weights.tolist()):
+        f = 0
+        while w * 2.0**f < piece_mass and 1 << f <= m:
+            f += 1
+        low = m & ((1 << f) - 1)
+        lengths = []
+        if low or m < 1 << f:
+            lengths.append(min(m, low + (1 << f)))
+        rest = m - lengths[0] if lengths else m
+        lengths += [1 << k for k in range(rest.bit_length()) if rest >> k & 1]
+        for length in lengths:
+            out_starts.append(first)
+            out_sizes.append(length)
+            out_masses.append(w * length)
+            first += length
+    return (np.array(out_starts, dtype=np.int64), np.array(out_sizes, dtype=np.int64),
+            np.array(out_masses))
 
 
 def gaussian_cell_table(
