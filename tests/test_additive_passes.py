@@ -203,7 +203,7 @@ def _one_pass_gaussian(y, rng, granularity, g, records, squeeze, clip, lo, hi):
                 continue
             m_first = 1.0 + cell * (abs(t) - 1.0)
             bits = e & (unit - 1)
-            if bits >= squeeze[int(abs(t))]:
+            if bits + offset * int(squeeze[int(abs(t))]) >= int(g[12]):  # the linear squeeze
                 x = math.exp(-(offset * (2.0 * m_first + offset)) * g[7]) * float(unit)
                 xd = math.floor(x)
                 if not first(float(bits), float(xd), x - xd, rng):
@@ -227,8 +227,8 @@ def test_gaussian_kernel_reads_the_digits_of_the_plain_loop(sigma):
 
 
 def test_gaussian_rare_branch_rejects_and_accepts_as_the_squeeze_says():
-    # The cell of 0 (squeeze 0) accepts offset 0 only; a far cell's bits above
-    # its squeeze go through the exact Bernoulli of the exponential.
+    # The cell of 0 accepts offset 0 only; a far cell's bits above its linear
+    # squeeze go through the exact Bernoulli of the exponential.
     g, prob, alias, squeeze = gaussian_cell_table(5000.0)
     rare = S._gaussian_cell_rare
     shift = int(g[5])
@@ -240,7 +240,7 @@ def test_gaussian_rare_branch_rejects_and_accepts_as_the_squeeze_says():
     offset = int(g[4]) - 1
     accept = math.exp(-(offset * (2.0 * m_first + offset)) * g[7])
     low, high = int(accept * unit_f) - 1, int(accept * unit_f) + 1
-    assert low >= squeeze[int(t)]  # the branch the squeeze sends here
+    assert low + offset * squeeze[int(t)] >= g[12]  # the branch the squeeze sends here
     assert rare(-t, offset, low, m_first, g[7], unit_f, np.random.default_rng(0)) == -(m_first + offset)
     assert rare(t, offset, high, m_first, g[7], unit_f, np.random.default_rng(0)) == math.inf
     assert DIGIT == 2.0**53

@@ -375,8 +375,8 @@ def test_envelope_records_pick_the_squeeze_of_the_picked_cell():
     """:func:`S.envelope_records` (the Gaussian envelope's records) gives,
     through the kernel's reads (compiled), the first value and sign of
     :func:`S.cell_records` and the squeeze of the picked entry's cell,
-    ``squeeze[|t|]``, 0 for the cell of 0 (whose proposals all take the
-    exact rare path), at every float around every threshold. Mutation:
+    ``squeeze[|t|]`` (the slope of its linear squeeze; ``squeeze[0]`` for
+    the cell of 0), at every float around every threshold. Mutation:
     records holding the alias's squeeze only are caught."""
     import numba
 
@@ -400,7 +400,7 @@ def test_envelope_records_pick_the_squeeze_of_the_picked_cell():
         records = S.envelope_records(prob, alias, g[4], squeeze)
         out = np.empty((v.shape[0], 3))
         picks(v, records, out)
-        expected = np.where(t == 0, 0.0, squeeze[np.abs(t).astype(np.int64)].astype(np.float64))
+        expected = squeeze[np.abs(t).astype(np.int64)].astype(np.float64)
         np.testing.assert_array_equal(out[:, 2], expected)
         cell_out = np.empty((v.shape[0], 2))
         for i, x in enumerate(v):

@@ -423,17 +423,15 @@ def cell_records(prob, alias, cell):
 
 def envelope_records(prob, alias, cell, squeeze):
     """:func:`cell_records` of a Gaussian envelope's table
-    (``gaussian_cell_table``) with two more columns, (q(a), q(j) - q(a)):
-    q the squeeze of the entry's cell (``squeeze[|t|]``, an integer below
-    2**53) and 0 for the cell of 0 (its proposals all take the rare path),
-    for :func:`_gaussian_additive`: 56 bytes a record, no second table
-    read."""
+    (``gaussian_cell_table``) with two more columns, (k(a), k(j) - k(a)):
+    k the slope of the entry's cell's linear squeeze (``squeeze[|t|]``, an
+    integer below 2**53; ``squeeze[0]`` for the cell of 0), for
+    :func:`_gaussian_additive`: 56 bytes a record, no second table read."""
     records = cell_records(prob, alias, cell).reshape(-1, 5)
     half = (records.shape[0] - 1) // 2
     j = np.arange(records.shape[0])
     other = np.asarray(alias, dtype=np.int64)
     least = np.asarray(squeeze, dtype=np.float64)[np.abs(j - half)]
-    least[half] = 0.0
     least_other = least[other]
     return np.ascontiguousarray(np.concatenate(
         [records, np.stack([least_other, least - least_other], axis=1)], axis=1,
@@ -718,7 +716,7 @@ def _gaussian_tail(d, g, rng):
 def _gaussian_cell_rare(t, offset, bits, m_first, inv_two_var, unit_f, rng):
     """The proposal (cell ``t``, offset, acceptance ``bits``) of
     :func:`_gaussian_additive` whose bits are not below its cell's squeeze
-    (always so in the cell of 0, whose squeeze is 0): its value if accepted,
+    (in the cell of 0 all offsets but 0): its value if accepted,
     inf if rejected. Not inlined (see :func:`_staircase_tail`): the
     exponential's call kept the hot loop's values in memory."""
     if t == 0.0:  # the value 0 under an envelope of L: accepted w.p. 1 / L
@@ -733,7 +731,7 @@ def _gaussian_cell_rare(t, offset, bits, m_first, inv_two_var, unit_f, rng):
 @numba.njit(cache=True, nogil=True)
 def _gaussian_additive(y, rng, granularity, g, records, clip, lo, hi, out):
     qd, scale, cell, shift = g[0], g[2], g[4], np.int64(g[5])  # g[1]: the tail's
-    inv_two_var = g[7]
+    inv_two_var, below = g[7], g[12]
     unit = np.int64(1) << shift
     unit_f = float(unit)
     inv_granularity = 1.0 / granularity
@@ -761,9 +759,11 @@ def _gaussian_additive(y, rng, granularity, g, records, clip, lo, hi, out):
             e, state = held_int_digit(rng, state)
             offset = e >> shift
             bits = e & (unit - 1)
-            # One rare branch: bits under the cell's smallest acceptance accept
-            # (the cell of 0 has squeeze 0: never). Exact integers below 2**53.
-            if float(bits) < records[at + np.uint64(5)] + keep * records[at + np.uint64(6)]:
+            # One rare branch: bits under the cell's linear squeeze accept
+            # (gaussian_cell_table; in the cell of 0, slope 2**52, offset 0
+            # only). Integers: exact below 2**53, and above it far above B.
+            slope = records[at + np.uint64(5)] + keep * records[at + np.uint64(6)]
+            if float(bits) + float(offset) * slope < below:
                 z = first + sign * float(offset)
                 break
             release(rng, state)

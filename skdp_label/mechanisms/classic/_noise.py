@@ -368,16 +368,24 @@ def gaussian_cell_table(
     -------
     constants : ndarray of float64
         (tail digit threshold, its fraction, bulk scale, T, L, 53 - log2 L,
-        m0, 1 / 2 sigma^2, and the four :func:`geometric_constants` of the tail).
+        m0, 1 / 2 sigma^2, the four :func:`geometric_constants` of the tail,
+        and the squeeze's bound B = floor(u (1 - 1e-12)), u = 2**(53 - log2 L)).
     prob, alias : ndarray
         The alias table of the cells t = -T, ..., T.
     squeeze : ndarray of int64
-        For |t| = 1, ..., T (after an unused entry for t = 0): an integer
-        below 2**(53 - log2 L) e^(-(L - 1)
-        (2 m_t + L - 1) / 2 sigma^2), the smallest acceptance probability in
-        the cell, scaled to the offset digit's remaining bits: a proposal
-        whose acceptance bits fall below it is accepted without computing
-        the exponential.
+        A linear squeeze: for |t| = 1, ..., T the slope k_t = ceil(u (2 m_t +
+        L - 1) / 2 sigma^2 (1 + 1e-12)), and 2**52 for the cell of 0 (entry
+        0): a proposal of offset i whose acceptance bits b (the offset
+        digit's low 53 - log2 L bits) satisfy b + i k_t < B is accepted
+        without computing the exponential. Exactly when the exact Bernoulli
+        would accept: 1 - a <= e^-a, so b + 1 <= B - i k_t <= u (1 - 1e-12)
+        (1 - i (2 m_t + i) / 2 sigma^2) lies below the kernel's float u
+        e^(-i (2 m_t + i) / 2 sigma^2) (the margin 1e-12 covers its
+        rounding), and b + 1 <= floor(that): the uniform U (b plus further
+        digits, in units of u) lies below the acceptance. In the cell of 0
+        only the offset 0 passes (always accepted there). Most of a cell's
+        proposals that the exact Bernoulli accepts pass: the rare path runs
+        for the rejected ones (~1%) and a few more (e^-a - 1 + a <= a^2 / 2).
     """
     sigma = float(sigma)
     two_var = 2.0 * sigma * sigma
@@ -406,12 +414,12 @@ def gaussian_cell_table(
         return None
     qd, frac = split_probability(tail)
     unit = 2.0 ** (53 - log_l)
-    worst = np.exp(-((big_l - 1.0) * (2.0 * m_first + big_l - 1.0)) / two_var)
-    # (1 - 1e-12): below the float exponential of every offset in the cell.
-    squeeze = np.floor(np.concatenate([[0.0], worst]) * unit * (1.0 - 1e-12)).astype(np.int64)
+    inv_two_var = 1.0 / two_var
+    slope = np.ceil(unit * (2.0 * m_first + (big_l - 1.0)) * inv_two_var * (1.0 + 1e-12))
+    squeeze = np.concatenate([[2.0**52], slope]).astype(np.int64)
     constants = np.array([
         qd, frac, prob.shape[0] / (2.0**53 - qd), float(n_cells), float(big_l), float(53 - log_l),
-        float(m0), 1.0 / two_var, *t_const,
+        float(m0), inv_two_var, *t_const, float(math.floor(unit * (1.0 - 1e-12))),
     ])
     return constants, prob, alias, squeeze
 
