@@ -556,25 +556,6 @@ def _cell_pick(v, records, stride):
     return at, keep, first, records[at + np.uint64(3)] + keep * records[at + np.uint64(4)]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _float_residue(d, m, inv_m):
-    """``d mod m`` for integers ``0 <= d < 2**53`` and ``1 <= m < 2**53``
-    held in floats, with ``inv_m = 1.0 / m`` (computed once per table
-    entry), as a float: exactly ``float(np.int64(d) % np.int64(m))`` without
-    the int64 division, nor the float/int conversions of :func:`_residue`.
-    The float quotient d * inv_m is within (d / m) 2**-52 of d / m (two
-    roundings), so its floor q is floor(d / m), or one more when d = q m - t
-    with t <= d 2**-52 < 2, i.e. t = 1: q m <= d + 1 <= 2**53 is a product of
-    integers that float64 holds exactly, and so is d - q m, which the
-    correction brings into [0, m)."""
-    r = d - np.floor(d * inv_m) * m
-    if r < 0.0:
-        r += m
-    elif r >= m:
-        r -= m
-    return r
-
-
 @numba.njit(cache=True, nogil=True)
 def _step_offset(e, m, rng):
     """A uniform integer in [0, m) (a float), for an entry of a table of
@@ -824,8 +805,7 @@ def _residue(d, m):
 def _residue_by(d, m, inv_m):
     """:func:`_residue` given ``inv_m = 1.0 / m``, for a kernel whose ``m``
     varies per label (a table of moduli and their inverses: no division).
-    An int64, for index arithmetic; :func:`_float_residue` is the same
-    residue as a float, for kernels whose other operands are floats."""
+    An int64, for index arithmetic."""
     mi = np.int64(m)
     r = np.int64(d) - np.int64(d * inv_m) * mi
     if r < 0:
