@@ -197,7 +197,7 @@ def _one_pass_gaussian(y, rng, granularity, g, records, squeeze, clip, lo, hi):
             e = int(digit(rng))
             offset = e >> shift
             if t == 0.0:
-                if offset == 0:
+                if offset < g[13]:  # L / K
                     z = 0.0
                     break
                 continue
@@ -227,22 +227,25 @@ def test_gaussian_kernel_reads_the_digits_of_the_plain_loop(sigma):
 
 
 def test_gaussian_rare_branch_rejects_and_accepts_as_the_squeeze_says():
-    # The cell of 0 accepts offset 0 only; a far cell's bits above its linear
-    # squeeze go through the exact Bernoulli of the exponential.
+    # The cell of 0 (L = 128 values, envelope K = 64) accepts the offsets
+    # below L / K = 2; a far cell's bits above its linear squeeze go through
+    # the exact Bernoulli of the exponential.
     g, prob, alias, squeeze = gaussian_cell_table(5000.0)
+    assert g[4] == 128 and g[13] == 2
     rare = S._gaussian_cell_rare
     shift = int(g[5])
     unit_f = float(2**shift)
-    assert rare(0.0, 0, 5, 1.0, g[7], unit_f, np.random.default_rng(0)) == 0.0
-    assert rare(0.0, 3, 5, 1.0, g[7], unit_f, np.random.default_rng(0)) == math.inf
+    for offset, value in [(0, 0.0), (1, 0.0), (2, math.inf), (3, math.inf)]:
+        assert rare(0.0, offset, 5, 1.0, g[7], unit_f, g[13], np.random.default_rng(0)) == value
     t = float(len(squeeze) - 1)
     m_first = 1.0 + g[4] * (t - 1.0)
     offset = int(g[4]) - 1
     accept = math.exp(-(offset * (2.0 * m_first + offset)) * g[7])
     low, high = int(accept * unit_f) - 1, int(accept * unit_f) + 1
     assert low + offset * squeeze[int(t)] >= g[12]  # the branch the squeeze sends here
-    assert rare(-t, offset, low, m_first, g[7], unit_f, np.random.default_rng(0)) == -(m_first + offset)
-    assert rare(t, offset, high, m_first, g[7], unit_f, np.random.default_rng(0)) == math.inf
+    rng = np.random.default_rng(0)
+    assert rare(-t, offset, low, m_first, g[7], unit_f, g[13], rng) == -(m_first + offset)
+    assert rare(t, offset, high, m_first, g[7], unit_f, g[13], rng) == math.inf
     assert DIGIT == 2.0**53
 
 

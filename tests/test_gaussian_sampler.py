@@ -9,6 +9,9 @@
 * Mutations are caught: accepting every offset of a cell (a broken squeeze)
   or a tail proposal without its Bernoulli.
 * The linear squeeze never accepts what the exact Bernoulli would reject.
+* The value 0 under an envelope of K < L values keeps its probability (a
+  mutant accepting offset 0 only is caught); too small a K for the alias
+  table's bound falls back to the whole cell.
 * The mechanism uses it on one label as on many, and a keyed release reads
   each row's own stream (the same output for a row alone or in a batch).
 """
@@ -154,3 +157,33 @@ def test_a_keyed_row_reads_its_own_stream():
     np.testing.assert_array_equal(back[::-1], batch)
     noise = (batch - np.rint(y / mech.granularity_) * mech.granularity_) / mech.sigma_
     assert 0.9 < noise.std() < 1.1
+
+
+def test_the_value_zero_has_its_probability_under_an_envelope_below_the_cell():
+    """The value 0's envelope K = min(L, zero_envelope) < L: its proposals are
+    accepted when the offset is below L / K, probability 1 / K, so P(0) is
+    the discrete Gaussian's (32 values a cell, K = 4: offsets 0-7 accepted).
+    Mutation: a table whose constants say L / K = 1 (the kernel accepting
+    offset 0 only, as for K = L) gives 0 an eighth of its probability."""
+    sigma = 40.0
+    table = gaussian_cell_table(sigma, 1, 9.0, zero_envelope=4)
+    assert table[0][4] == 32 and table[0][13] == 8
+    z = np.arange(-700, 701)
+    p = np.exp(-(z * z) / (2.0 * sigma * sigma))
+    p /= p.sum()
+    draws = _draw(sigma, table)
+    assert chi_square_pvalue(draws, z, p) > 1e-4
+    zeros, expected = np.count_nonzero(draws == 0), N * p[700]
+    assert abs(zeros - expected) < 5 * math.sqrt(expected)
+    broken = table[0].copy()
+    broken[13] = 1.0
+    zeros = np.count_nonzero(_draw(sigma, (broken, *table[1:])) == 0)
+    assert zeros < expected / 4
+
+
+def test_the_value_zero_falls_back_to_a_full_cell_when_its_share_is_too_small():
+    # sigma = 2**20 (L = 2**15): an envelope of 1 for the value 0 is below the
+    # alias table's 1e-9 bound, so the whole cell is used (L / K = 1); 64 is not.
+    sigma = 2.0**20
+    assert gaussian_cell_table(sigma, zero_envelope=1)[0][13] == 1.0
+    assert gaussian_cell_table(sigma)[0][13] == 2.0**15 / 64

@@ -97,7 +97,7 @@ def _log_weight(table, z):
     m = np.abs(z).astype(np.float64)
     out = np.empty(m.shape)
     zero, bulk, far = m == 0, (m > 0) & (m < m0), m >= m0
-    out[zero] = np.log(cells[n_cells] / big_l)
+    out[zero] = np.log(cells[n_cells] * constants[13] / big_l)  # offsets below L / K
     t = np.floor((m[bulk] - 1.0) / big_l) + 1.0
     m_first = 1.0 + big_l * (t - 1.0)
     offset = m[bulk] - m_first

@@ -694,14 +694,15 @@ def _gaussian_tail(d, g, rng):
 
 
 @numba.njit(cache=True, nogil=True)
-def _gaussian_cell_rare(t, offset, bits, m_first, inv_two_var, unit_f, rng):
+def _gaussian_cell_rare(t, offset, bits, m_first, inv_two_var, unit_f, zero_offsets, rng):
     """The proposal (cell ``t``, offset, acceptance ``bits``) of
     :func:`_gaussian_additive` whose bits are not below its cell's squeeze
-    (in the cell of 0 all offsets but 0): its value if accepted,
+    (in the cell of 0 all offsets but 0; it accepts those below
+    ``zero_offsets``, L / K of ``gaussian_cell_table``): its value if accepted,
     inf if rejected. Not inlined (see :func:`_staircase_tail`): the
     exponential's call kept the hot loop's values in memory."""
-    if t == 0.0:  # the value 0 under an envelope of L: accepted w.p. 1 / L
-        return 0.0 if offset == 0 else np.inf
+    if t == 0.0:  # the value 0 under an envelope of K: accepted w.p. 1 / K
+        return 0.0 if offset < zero_offsets else np.inf
     x = np.exp(-(offset * (2.0 * m_first + offset)) * inv_two_var) * unit_f
     xd = np.floor(x)
     if _bernoulli_first(float(bits), xd, x - xd, rng):
@@ -749,7 +750,7 @@ def _gaussian_additive(y, rng, granularity, g, records, clip, lo, hi, out):
                 break
             release(rng, state)
             # The rare path as for t = sign (it reads only t's sign and t == 0).
-            z = _gaussian_cell_rare(sign, offset, bits, abs(first), inv_two_var, unit_f, rng)
+            z = _gaussian_cell_rare(sign, offset, bits, abs(first), inv_two_var, unit_f, g[13], rng)
             state = hold(rng)
             if z != np.inf:
                 break

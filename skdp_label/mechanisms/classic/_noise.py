@@ -338,14 +338,16 @@ def _step_pieces(starts, sizes, weights, piece_mass):
 
 
 def gaussian_cell_table(
-    sigma, cells_per_sigma=32, n_sigmas=9.0, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9
+    sigma, cells_per_sigma=32, n_sigmas=9.0, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9,
+    zero_envelope=64,
 ):
     """Envelope tables of the discrete Gaussian P(Z = z) proportional to
     e^(-z^2 / (2 sigma^2)), for :func:`skdp_label._kernels._sampling.gaussian_additive`.
 
     Rejection from a piecewise-constant envelope: cells of ``L`` values (a
     power of two, about sigma / ``cells_per_sigma``; 1 for small sigma), the
-    value 0 (envelope L, accepted when the offset is 0) and for each sign
+    value 0 (envelope K = min(L, ``zero_envelope``), accepted when the
+    offset is below L / K: probability exactly 1 / K) and for each sign
     the cells t = 1, ..., T of magnitudes
     m = 1 + L (t - 1) + i, i < L, covering about ``n_sigmas`` sigma. Cell t's
     envelope is L e^(-m_t^2 / 2 sigma^2) (its first value's weight, m_t =
@@ -369,7 +371,8 @@ def gaussian_cell_table(
     constants : ndarray of float64
         (tail digit threshold, its fraction, bulk scale, T, L, 53 - log2 L,
         m0, 1 / 2 sigma^2, the four :func:`geometric_constants` of the tail,
-        and the squeeze's bound B = floor(u (1 - 1e-12)), u = 2**(53 - log2 L)).
+        the squeeze's bound B = floor(u (1 - 1e-12)), u = 2**(53 - log2 L),
+        and L / K, the offsets the value 0 accepts).
     prob, alias : ndarray
         The alias table of the cells t = -T, ..., T.
     squeeze : ndarray of int64
@@ -406,11 +409,20 @@ def gaussian_cell_table(
     # The value 0 gets a cell of envelope L too, accepted when the offset is 0
     # (probability exactly 1 / L): alone, its share would be too small for the
     # alias table's digit quantisation on fine grids.
-    masses = np.concatenate([cells[::-1], [float(big_l)], cells])
-    total = math.fsum(masses) + 2.0 * tail_side
-    tail = 2.0 * tail_side / total
-    prob, alias = alias_table(masses)
-    if not _alias_error_bound(prob, alias, masses / total, 1.0 - tail) <= rtol:
+    # The value 0 gets an envelope of K = min(L, zero_envelope), accepted when
+    # the offset is below L / K (probability exactly 1 / K): alone, its share
+    # would be too small for the alias table's digit quantisation on fine
+    # grids; with all of L, its proposals (~1% of all) would be rejected
+    # (and drawn again) almost always. If K's share is too small for the
+    # bound, L (the largest share) is tried.
+    for zero_envelope in dict.fromkeys([min(big_l, int(zero_envelope)), big_l]):
+        masses = np.concatenate([cells[::-1], [float(zero_envelope)], cells])
+        total = math.fsum(masses) + 2.0 * tail_side
+        tail = 2.0 * tail_side / total
+        prob, alias = alias_table(masses)
+        if _alias_error_bound(prob, alias, masses / total, 1.0 - tail) <= rtol:
+            break
+    else:
         return None
     qd, frac = split_probability(tail)
     unit = 2.0 ** (53 - log_l)
@@ -420,6 +432,7 @@ def gaussian_cell_table(
     constants = np.array([
         qd, frac, prob.shape[0] / (2.0**53 - qd), float(n_cells), float(big_l), float(53 - log_l),
         float(m0), inv_two_var, *t_const, float(math.floor(unit * (1.0 - 1e-12))),
+        float(big_l // zero_envelope),
     ])
     return constants, prob, alias, squeeze
 
