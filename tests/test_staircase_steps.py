@@ -18,6 +18,7 @@ step may have of another length.
 import inspect
 import math
 
+import numba
 import numpy as np
 import pytest
 
@@ -137,6 +138,18 @@ def test_staircase_mechanism_uses_the_steps_and_keeps_its_noise_law():
     assert math.isclose((noise > 0).mean(), 0.5, abs_tol=0.01)
 
 
+@numba.njit
+def _seven_column_picks(v, records, out):
+    """Through the kernels' reads (compiled): for each v, the picked entry's
+    first value, fourth column pair and sixth column pair of 7-column records
+    (:func:`S.piece_records`: start, m / 2**53, m; :func:`S.envelope_records`:
+    first value, sign, squeeze slope)."""
+    for i in range(v.shape[0]):
+        at, keep, first, fourth = S._cell_pick(v[i], records, 7)
+        out[i, 0], out[i, 1] = first, fourth
+        out[i, 2] = records[at + np.uint64(5)] + keep * records[at + np.uint64(6)]
+
+
 def test_step_offset_is_the_integer_modulo_below_the_largest_multiple():
     """The rare path's value inside an entry of m values, m not a power of
     two (:func:`S._step_offset`): ``e mod m`` for a digit below the largest
@@ -197,13 +210,6 @@ def test_piece_records_select_each_entrys_start_unit_and_length():
 
     from skdp_label._kernels import _twin
 
-    @numba.njit
-    def picks(v, records, out):
-        for i in range(v.shape[0]):
-            at, keep, first, unit = S._cell_pick(v[i], records, 7)
-            out[i, 0], out[i, 1] = first, unit
-            out[i, 2] = records[at + np.uint64(5)] + keep * records[at + np.uint64(6)]
-
     wrong = 0
     for eps in (0.3, 5.0):
         mech = Staircase(eps, bounds=(0.0, 400.0)).fit([0.0])
@@ -216,13 +222,13 @@ def test_piece_records_select_each_entrys_start_unit_and_length():
         expected = np.stack([starts[j], np.where(power, sizes[j] / 2.0**53, 0.0), sizes[j]], 1)
         records = S.piece_records(prob, alias, starts, sizes)
         out = np.empty((v.shape[0], 3))
-        picks(v, records, out)
+        _seven_column_picks(v, records, out)
         np.testing.assert_array_equal(out, expected.astype(np.float64))
         e = np.random.default_rng(9).integers(0, 2**53, v.shape[0])
         top = e >> (53 - np.log2(np.where(power, sizes[j], 1)).astype(np.int64))
         value = out[:, 0] + np.floor(e.astype(np.float64) * out[:, 1])
         np.testing.assert_array_equal(value[power], (starts[j] + top)[power])
-        picks(v, records.astype(np.float32).astype(np.float64), out)
+        _seven_column_picks(v, records.astype(np.float32).astype(np.float64), out)
         wrong += np.count_nonzero(out != expected)
     assert wrong > 0
     with pytest.raises(ValueError, match="2\\*\\*52"):
@@ -383,13 +389,6 @@ def test_envelope_records_pick_the_squeeze_of_the_picked_cell():
     from skdp_label._kernels import _twin
     from skdp_label.mechanisms.classic._noise import gaussian_cell_table
 
-    @numba.njit
-    def picks(v, records, out):
-        for i in range(v.shape[0]):
-            at, keep, first, sign = S._cell_pick(v[i], records, 7)
-            out[i, 0], out[i, 1] = first, sign
-            out[i, 2] = records[at + np.uint64(5)] + keep * records[at + np.uint64(6)]
-
     wrong = 0
     for sigma in (40.0, 5000.0):
         g, prob, alias, squeeze = gaussian_cell_table(sigma)
@@ -399,7 +398,7 @@ def test_envelope_records_pick_the_squeeze_of_the_picked_cell():
         t = np.array([_twin.twin(S._alias_pick)(x, S.alias_records(prob, alias)) for x in v]) - half
         records = S.envelope_records(prob, alias, g[4], squeeze)
         out = np.empty((v.shape[0], 3))
-        picks(v, records, out)
+        _seven_column_picks(v, records, out)
         expected = squeeze[np.abs(t).astype(np.int64)].astype(np.float64)
         np.testing.assert_array_equal(out[:, 2], expected)
         cell_out = np.empty((v.shape[0], 2))
@@ -408,6 +407,6 @@ def test_envelope_records_pick_the_squeeze_of_the_picked_cell():
         np.testing.assert_array_equal(out[:, :2], cell_out)
         mutant = records.reshape(-1, 7).copy()
         mutant[:, 6] = 0.0
-        picks(v, np.ascontiguousarray(mutant.reshape(-1)), out)
+        _seven_column_picks(v, np.ascontiguousarray(mutant.reshape(-1)), out)
         wrong += np.count_nonzero(out[:, 2] != expected)
     assert wrong > 0

@@ -415,8 +415,8 @@ def gaussian_cell_table(
     # grids; with all of L, its proposals (~1% of all) would be rejected
     # (and drawn again) almost always. If K's share is too small for the
     # bound, L (the largest share) is tried.
-    for zero_envelope in dict.fromkeys([min(big_l, int(zero_envelope)), big_l]):
-        masses = np.concatenate([cells[::-1], [float(zero_envelope)], cells])
+    for envelope in dict.fromkeys([min(big_l, int(zero_envelope)), big_l]):
+        masses = np.concatenate([cells[::-1], [float(envelope)], cells])
         total = math.fsum(masses) + 2.0 * tail_side
         tail = 2.0 * tail_side / total
         prob, alias = alias_table(masses)
@@ -432,7 +432,7 @@ def gaussian_cell_table(
     constants = np.array([
         qd, frac, prob.shape[0] / (2.0**53 - qd), float(n_cells), float(big_l), float(53 - log_l),
         float(m0), inv_two_var, *t_const, float(math.floor(unit * (1.0 - 1e-12))),
-        float(big_l // zero_envelope),
+        float(big_l // envelope),
     ])
     return constants, prob, alias, squeeze
 
