@@ -191,10 +191,7 @@ def _one_pass_gaussian(y, rng, granularity, g, records, squeeze, clip, lo, hi):
                 if z == z:
                     break
             t = pick((d - qd) * scale, records) - half
-            if cell == 1.0:
-                z = t
-                break
-            e = int(digit(rng))
+            e = int(digit(rng))  # also for cells of one value (offset 0)
             offset = e >> shift
             if t == 0.0:
                 if offset < g[13]:  # L / K

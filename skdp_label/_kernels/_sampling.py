@@ -712,7 +712,7 @@ def _gaussian_cell_rare(t, offset, bits, m_first, inv_two_var, unit_f, zero_offs
 
 @numba.njit(cache=True, nogil=True)
 def _gaussian_additive(y, rng, granularity, g, records, clip, lo, hi, out):
-    qd, scale, cell, shift = g[0], g[2], g[4], np.int64(g[5])  # g[1]: the tail's
+    qd, scale, shift = g[0], g[2], np.int64(g[5])  # g[1]: the tail's
     inv_two_var, below = g[7], g[12]
     unit = np.int64(1) << shift
     unit_f = float(unit)
@@ -733,11 +733,10 @@ def _gaussian_additive(y, rng, granularity, g, records, clip, lo, hi, out):
             # The same digit picks a cell: its first value, sign and squeeze
             # from its record (envelope_records).
             at, keep, first, sign = _cell_pick((d - qd) * scale, records, 7)
-            if cell == 1.0:  # one value a cell: its weight is the envelope's
-                z = first
-                break
             # One digit: its top log2(L) bits are the offset, the others start
-            # the uniform of the acceptance Bernoulli (read on in a tie).
+            # the uniform of the acceptance Bernoulli (read on in a tie). Read
+            # for cells of one value too (offset 0, accepted but with
+            # probability ~1e-12 at once): a branch on L for them cost ~5%.
             e, state = held_int_digit(rng, state)
             offset = e >> shift
             bits = e & (unit - 1)

@@ -377,7 +377,7 @@ def gaussian_cell_table(
         The alias table of the cells t = -T, ..., T.
     squeeze : ndarray of int64
         A linear squeeze: for |t| = 1, ..., T the slope k_t = ceil(u (2 m_t +
-        L - 1) / 2 sigma^2 (1 + 1e-12)), and 2**52 for the cell of 0 (entry
+        L - 1) / 2 sigma^2 (1 + 1e-12)) (0 when L = 1), and 2**52 for the cell of 0 (entry
         0): a proposal of offset i whose acceptance bits b (the offset
         digit's low 53 - log2 L bits) satisfy b + i k_t < B is accepted
         without computing the exponential. Exactly when the exact Bernoulli
@@ -428,6 +428,7 @@ def gaussian_cell_table(
     unit = 2.0 ** (53 - log_l)
     inv_two_var = 1.0 / two_var
     slope = np.ceil(unit * (2.0 * m_first + (big_l - 1.0)) * inv_two_var * (1.0 + 1e-12))
+    slope *= big_l > 1  # cells of one value: the offset is 0, the acceptance 1
     squeeze = np.concatenate([[2.0**52], slope]).astype(np.int64)
     constants = np.array([
         qd, frac, prob.shape[0] / (2.0**53 - qd), float(n_cells), float(big_l), float(53 - log_l),
