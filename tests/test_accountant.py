@@ -92,6 +92,39 @@ def test_mechanism_over_budget_raises_before_randomizing():
         Laplace(1.0, bounds=(0, 1), accountant=acc).fit(np.zeros(5))
 
 
+def test_mechanism_refused_by_the_accountant_keeps_its_count():
+    acc = BudgetAccountant(epsilon=1.5)
+    mech = Laplace(1.0, bounds=(0, 1), accountant=acc).fit(np.zeros(5))
+    mech.transform(np.zeros(5))
+    with pytest.raises(BudgetExceededError):
+        mech.transform(np.zeros(5))
+    assert mech.epsilon_spent_ == pytest.approx(acc.spent_epsilon) == pytest.approx(1.0)
+    fresh = Laplace(1.0, bounds=(0, 1), accountant=acc)
+    with pytest.raises(BudgetExceededError):
+        fresh._charge(1.0, 0.0, n_labels=5, step="labels")
+    assert not hasattr(fresh, "epsilon_spent_") and not hasattr(fresh, "delta_spent_")
+
+
+class _InterruptedAfterWriting(BudgetAccountant):
+    """An accountant interrupted (Ctrl-C) right after its ledger recorded the spend."""
+
+    def spend(self, *args, **kwargs):
+        super().spend(*args, **kwargs)
+        raise KeyboardInterrupt
+
+
+def test_interrupt_after_the_ledger_write_never_under_counts():
+    # Attack (carried over from review): the ledger is written, then an interrupt lands
+    # before the mechanism updates its own count; epsilon_spent_ must not fall below
+    # what the ledger holds (a fit that is retried would otherwise look cheaper).
+    acc = _InterruptedAfterWriting()
+    mech = RandomizedResponse(0.7, classes=[0, 1], accountant=acc).fit(np.zeros(4, int))
+    with pytest.raises(KeyboardInterrupt):
+        mech.transform(np.zeros(4, int))
+    assert acc.spent_epsilon == pytest.approx(0.7)
+    assert mech.epsilon_spent_ >= acc.spent_epsilon
+
+
 def _ttr_search(acc, n_jobs):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, 3))

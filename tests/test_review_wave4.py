@@ -645,7 +645,8 @@ def test_no_mechanism_pickles_or_unpickles_its_packed_tables(name):
     mech.fit_transform(column)  # 20,000 labels: the bulk paths pack their tables
     # Every cache of packed tables the library keeps is declared (a mutant dropping one
     # from _PACKED_CACHES is caught here).
-    packed = {"_row_sampler", "_row_tables", "_alias_table", "_cell_table"} & set(vars(mech))
+    packed = {"_row_sampler", "_row_tables", "_alias_table", "_cell_table",
+              "_interval_sampler"} & set(vars(mech))
     assert packed <= set(type(mech)._PACKED_CACHES)
     fresh = pickle.loads(pickle.dumps(mech))
     assert not set(vars(fresh)) & set(type(mech)._PACKED_CACHES)

@@ -27,6 +27,7 @@ import numba
 import numpy as np
 
 from ._philox import begin_row
+from ._interval import interval_cell
 from ._intrinsics import float_bits, opaque, prefetch
 from ._pcg64 import held_digit, held_int_digit, hold, release
 from ._twin import MAX_DRAWS, kernel_for, would_compile
@@ -1255,6 +1256,11 @@ def _discrete_rows_kernel(rows_from, draw_by):
         else:
             rr_qd = rr_frac = rr_limit = rr_m = 0.0
             n_classes = 0
+        if draw_by == "interval":  # IntervalTables.constants, passed as rr
+            iv_guide, iv_shift = np.uint64(rr[1]), np.int64(rr[2])
+            iv_low, iv_top = np.int64(rr[3]), np.int64(rr[4])
+        else:
+            iv_guide, iv_shift, iv_low, iv_top = np.uint64(0), 0, 0, 0
         # Alias draws run in blocks of two passes: the first reads the random
         # source and the row headers, picks each label's cell and prefetches
         # it; the second reads the cells. A matrix with hundreds of outputs
@@ -1335,6 +1341,27 @@ def _discrete_rows_kernel(rows_from, draw_by):
                         j = rr_code_rare(row, n_classes, d, rr_qd, rr_frac, rr_m, rng)
                         s = hold(rng)
                     out[i] = outputs[j]
+                elif draw_by == "interval":
+                    # A two-level matrix (_interval.py): the digit's position in
+                    # the shared cells (their lookup in the second pass below).
+                    r = np.uint64(row)
+                    d, s = held_int_digit(rng, s)
+                    j = -1
+                    if d >= iv_top:  # maybe the row's exact tail, the top qd digits (rare)
+                        flip = _DIGIT_INT - 1 - d  # a digit: U < q read on it, a tie read on
+                        if flip <= heads[r, 0]:
+                            release(rng, s)
+                            j = _categorical_tail_draw(
+                                row, float(flip), heads[r, 0], heads[r, 1], rng, order, cdf,
+                                group_end, group_q, n_groups,
+                            )
+                            s = hold(rng)
+                    # Low digits are their own positions; high ones are shifted into
+                    # the row's window (a coin flip: a mask, not a branch). The shift
+                    # is read from the float heads: the same load from the int64
+                    # table cost ~25 % of the kernel's time (measured).
+                    high = (iv_low - 1 - d) >> 63
+                    cell_at[i - start] = d + (np.int64(heads[r, 2]) & high) if j < 0 else -1 - j
                 else:
                     # Unsigned indices (rows, cells and outputs are >= 0): numba
                     # adds no negative-index wraparound to their loads.
@@ -1374,6 +1401,14 @@ def _discrete_rows_kernel(rows_from, draw_by):
                         alias = pair >> 32
                         j = np.uint64(alias + (((pair & 0xFFFFFFFF) - alias) & keep))
                     out[np.uint64(i)] = outputs[j]  # unsigned: no wraparound
+            if draw_by == "interval":
+                for i in range(start, stop):
+                    t = cell_at[i - start]
+                    if t < 0:  # the tail's output
+                        j = -1 - t
+                    else:  # a cell (outputs holds the outputs twice: low, then high cells)
+                        j = interval_cell(t, flat, iv_guide, iv_shift)
+                    out[np.uint64(i)] = outputs[np.uint64(j)]
         release(rng, s)
 
     return discrete_rows
@@ -1386,6 +1421,8 @@ _DISCRETE_ROWS = {
     (True, False): _discrete_rows_kernel("grid", "tables"),
     (True, True): _discrete_rows_kernel("grid", "rr"),
     ("pieces", False): _discrete_rows_kernel("pieces", "tables"),
+    (False, "interval"): _discrete_rows_kernel("codes", "interval"),
+    (True, "interval"): _discrete_rows_kernel("grid", "interval"),
 }
 
 
@@ -1490,7 +1527,7 @@ def _nearest_arithmetic(y, a, inv_step, step, last, k, codes):
 
 
 def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, pieces=None, nearest=None,
-                tables=None, rr=None):
+                tables=None, rr=None, interval=None):
     """Randomized outputs, one per label, in one pass (see :func:`_discrete_rows_kernel`).
 
     Parameters
@@ -1515,14 +1552,22 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, pieces=None, nea
     tables : tuple, optional
         :func:`categorical_tables` of the matrix; or
     rr : ndarray, optional
-        :func:`rr_constants`: k-ary randomized response over the rows.
+        :func:`rr_constants`: k-ary randomized response over the rows; or
+    interval : IntervalTables, optional
+        :func:`._interval.interval_tables` of a two-level matrix (with
+        ``codes`` or ``y, grid``).
 
     Returns
     -------
     out : ndarray of float64
     """
+    if interval is not None:
+        if tables is not None or rr is not None or pieces is not None or nearest is not None:
+            raise ValueError("interval tables go with codes or y, grid only")
+        tables = (interval.heads, interval.table, *interval.tail)
+        outputs = np.concatenate([outputs, outputs])  # of the low cells, then the high ones
     rounding, use_rr = codes is None, tables is None
-    key = (rounding, use_rr)
+    key = (rounding, use_rr if interval is None else "interval")
     if pieces is not None:
         if codes is not None or grid is not None or use_rr:
             raise ValueError("pieces go with labels y and tables only")
@@ -1551,7 +1596,7 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, pieces=None, nea
         tables = _NO_TABLES
         rr = np.ascontiguousarray(rr, dtype=np.float64)
     else:
-        rr = _EMPTY_F
+        rr = _EMPTY_F if interval is None else interval.constants
     out = np.empty(n, dtype=np.float64)
     kernel_for(_DISCRETE_ROWS[key], rng, n)(*_rows_args(codes, y, grid, right, rr, rng, outputs,
                                                         out, tables))
@@ -1562,8 +1607,9 @@ def _rows_args(codes, y, grid, right, rr, rng, outputs, out, tables):
     """The arguments of a :func:`_discrete_rows_kernel` call."""
     outputs = np.ascontiguousarray(outputs, dtype=np.float64)
     heads, cells, *groups = tables
+    width = 2 * cells.shape[1] if cells.ndim == 3 else 0  # (interval tables: flat already)
     return (codes, y, *grid, right, rr, rng, outputs, out, np.empty((3, _BLOCK), dtype=np.int64),
-            np.empty((2, _BLOCK)), heads, cells.reshape(-1), 2 * cells.shape[1], *groups)
+            np.empty((2, _BLOCK)), heads, cells.reshape(-1), width, *groups)
 
 
 def nearest_rows_compiled():

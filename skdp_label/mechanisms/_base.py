@@ -305,17 +305,30 @@ class BaseLabelMechanism(
         """
         context = dict(getattr(self, "_ledger_context", None) or {})
         details = {**context, "mechanism": type(self).__name__, "step": step}
+        before = {k: vars(self)[k] for k in ("epsilon_spent_", "delta_spent_") if k in vars(self)}
+        # Counted before the ledger is written: an interrupt (KeyboardInterrupt,
+        # SystemExit) after the write would otherwise leave this object's count
+        # below the ledger's. An interrupted spend may over-count, never under-count.
+        self.epsilon_spent_ = before.get("epsilon_spent_", 0.0) + epsilon
+        self.delta_spent_ = before.get("delta_spent_", 0.0) + delta
         if self.accountant is not None:
             owner = f"{context['estimator']}: " if "estimator" in context else ""
-            self.accountant.spend(
-                epsilon,
-                delta,
-                n_labels=n_labels,
-                description=f"{owner}{type(self).__name__}: {step}",
-                details=details,
-            )
-        self.epsilon_spent_ = getattr(self, "epsilon_spent_", 0.0) + epsilon
-        self.delta_spent_ = getattr(self, "delta_spent_", 0.0) + delta
+            try:
+                self.accountant.spend(
+                    epsilon,
+                    delta,
+                    n_labels=n_labels,
+                    description=f"{owner}{type(self).__name__}: {step}",
+                    details=details,
+                )
+            except Exception:
+                # A refusal (budget, ledger, bad argument) records nothing.
+                for name in ("epsilon_spent_", "delta_spent_"):
+                    if name in before:
+                        setattr(self, name, before[name])
+                    else:
+                        delattr(self, name)
+                raise
         # Costs and public context only (what privacy_report() shows).
         self.charges_ = [
             *getattr(self, "charges_", []),

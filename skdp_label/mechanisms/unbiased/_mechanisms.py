@@ -10,6 +10,7 @@ from sklearn.utils._param_validation import StrOptions
 from threadpoolctl import threadpool_limits
 
 from ..._accountant import BudgetAccountant
+from ..._kernels._interval import interval_tables
 from ..._kernels._philox import uniforms
 from ..._kernels._sampling import rounding_grid, rr_constants, rr_flip_probability, sample_rows
 from ...utils._progress import VERBOSE_CONSTRAINT, VERBOSE_DOC, Progress, format_epsilon
@@ -105,7 +106,21 @@ class _UnbiasedRoundingMixin:
         # the release's generator (E[grid value] = y for y inside the grid),
         # then the grid value's row of the matrix: one fused pass.
         grid = rounding_grid(self.input_values_)
+        interval = self._interval_tables()
+        if interval is not None:  # a two-level matrix: tables shared by all rows
+            return sample_rows(rng, self.output_values_, y=y, grid=grid, interval=interval)
         return sample_rows(rng, self.output_values_, y=y, grid=grid, tables=self._categorical_tables())
+
+    _PACKED_CACHES = ("_interval_sampler", *BaseDiscreteMechanism._PACKED_CACHES)
+
+    def _interval_tables(self):
+        """:func:`interval_tables` of the (public) matrix, or None; rebuilt
+        whenever the matrix changes."""
+        matrix = self.transition_matrix_
+        cached = getattr(self, "_interval_sampler", None)
+        if cached is None or not (cached[0] is matrix or np.array_equal(cached[0], matrix)):
+            cached = self._interval_sampler = (matrix, interval_tables(matrix))
+        return cached[1]
 
 
 _GRID_DOC = """    domain : array-like, optional
