@@ -57,7 +57,7 @@ def test_step_table_is_the_staircase_bulk(eps):
     # piece of at least 2**-20 of the mass or a whole step (the far blocks'),
     # and few of a length other than a power of two (the kernel's rare path:
     # under 0.2% of the draws).
-    assert prob.shape[0] <= 4096
+    assert prob.shape[0] <= 2000
     steps = staircase_cell_table(lam, width, r, piece_mass=2.0)  # whole steps: one entry each
     step_of = np.searchsorted(steps[4], starts, sorter=np.argsort(steps[4]), side="right") - 1
     step_of = np.argsort(steps[4])[step_of]
@@ -67,6 +67,19 @@ def test_step_table_is_the_staircase_bulk(eps):
     assert np.bincount(step_of[other], minlength=steps[4].shape[0]).max() <= 1
     assert implied[other].sum() < 2e-3
     assert other.sum() < prob.shape[0] / 2  # most entries are powers of two
+
+
+@pytest.mark.parametrize("eps", [0.01, 0.02])
+def test_small_epsilon_tables_keep_the_rare_path_rare(eps):
+    # Thousands of steps (blocks decay slowly): a cap of 4,096 entries left
+    # half of the draws at eps = 0.01 in entries of other lengths (the rare
+    # path, twice the time); 16,384 keeps them under 1%, still tiling exactly.
+    mech = Staircase(eps, bounds=(0.0, 400.0)).fit([0.0])
+    m0, tail, prob, alias, starts, sizes = staircase_cell_table(
+        *mech._staircase(mech.sensitivity_units_))
+    assert prob.shape[0] <= 16384 and sizes.sum() == 2 * m0 - 1
+    other = sizes & (sizes - 1) != 0
+    assert alias_table_probabilities(prob, alias)[other].sum() < 0.01
 
 
 SMALL = (0.7, 40, 13)  # lam, width, r: values up to a few hundred, pmf testable value by value

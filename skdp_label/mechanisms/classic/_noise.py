@@ -238,7 +238,7 @@ def laplace_cell_table(lam, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9
 
 def staircase_cell_table(
     lam, width, r, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9, piece_mass=2.0**-20,
-    max_pieces=4096,
+    max_pieces=16384,
 ):
     """Alias table of the bulk of the staircase distribution by *pieces of
     steps*, for the fine grids of the continuous staircase (``width`` ~ 2**20
@@ -259,7 +259,9 @@ def staircase_cell_table(
     retrying with coarser pieces), or when it would have more than
     ``max_entries`` entries or no block beyond 0. Pieces are made coarser
     (``piece_mass`` times 4) while there would be more than ``max_pieces``
-    entries (the table then stays within L2: 56 bytes an entry).
+    entries (56 bytes an entry: at most 917 kB, reached only for eps below
+    ~0.01, whose many blocks made 3,127 whole steps already; fewer entries
+    there left half of the draws to the rare path).
 
     Returns
     -------
