@@ -153,11 +153,11 @@ def _mutant(kernel, old, new):
     ("gauss-64", "            release(rng, state)\n            # The rare path",
      "            # The rare path"),
     ("pieces-rejecting",
-     "                release(rng, state)\n                z = first + _step_offset",
-     "                z = first + _step_offset"),  # the redraws from a stale state
+     "                    release(rng, state)\n                    z = first + _step_offset",
+     "                    z = first + _step_offset"),  # the redraws from a stale state
     ("pieces-rejecting",
-     "keep * records[at + np.uint64(6)], rng)\n                state = hold(rng)",
-     "keep * records[at + np.uint64(6)], rng)"),  # the held state replays the redraws
+     "_step_offset(e, m, rng)\n                    state = hold(rng)",
+     "_step_offset(e, m, rng)"),  # the held state replays the redraws
 ], ids=["final-release", "laplace-rare-offset", "gaussian-rare-acceptance", "pieces-rare-offset",
         "pieces-rare-offset-hold"])
 def test_a_kernel_that_forgets_a_release_is_caught(kind, old, new):

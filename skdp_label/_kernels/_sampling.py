@@ -563,7 +563,9 @@ def _step_offset(e, m, rng):
     pieces whose length ``m`` is not a power of two: ``e mod m`` for the
     digit ``e`` (a float) if it lies below the largest multiple of m (at
     most 2**53), else the same for fresh digits (probability below m / 2**53
-    a digit): exactly uniform. Not inlined (see :func:`_staircase_tail`)."""
+    a digit): exactly uniform. The kernel calls it for digits e >= 2**53 - m
+    only (the others are below that multiple: their residue inline). Not
+    inlined (see :func:`_staircase_tail`)."""
     size = np.int64(m)
     limit = _DIGIT_INT - _DIGIT_INT % size
     while np.int64(e) >= limit:
@@ -607,11 +609,14 @@ def _staircase_additive_bulk(y, rng, granularity, c, bulk, records, clip, lo, hi
             # Its value's digit: the top log2(m) bits of a power of two m.
             e, state = held_digit(rng, state)
             z = first + np.floor(e * unit)
-            if unit == 0.0:  # another length: exactly, by rejection (rare)
-                release(rng, state)
-                z = first + _step_offset(
-                    e, records[at + np.uint64(5)] + keep * records[at + np.uint64(6)], rng)
-                state = hold(rng)
+            if unit == 0.0:  # another length (few draws; half at eps = 0.002)
+                m = records[at + np.uint64(5)] + keep * records[at + np.uint64(6)]
+                if e < _DIGIT - m:  # below the largest multiple of m: e mod m
+                    z = first + float(np.int64(e) % np.int64(m))
+                else:  # exactly, by rejection (rare)
+                    release(rng, state)
+                    z = first + _step_offset(e, m, rng)
+                    state = hold(rng)
         elif z != z and cell > 1.0:
             # The cell's first value and sign from its record (cell_records).
             _, _, first, sign = _cell_pick((d - qd) * scale, records, 5)
