@@ -82,6 +82,19 @@ def test_small_epsilon_tables_keep_the_rare_path_rare(eps):
     assert alias_table_probabilities(prob, alias)[other].sum() < 0.01
 
 
+def test_tiny_epsilon_tables_keep_whole_steps():
+    # eps = 0.002: pieces would leave 57% of the mass in entries of other
+    # lengths (the kernel's branch on them a coin flip): whole steps instead,
+    # the same table as with pieces too heavy to cut (piece_mass 2).
+    mech = Staircase(0.002, bounds=(0.0, 400.0)).fit([0.0])
+    args = mech._staircase(mech.sensitivity_units_)
+    table = staircase_cell_table(*args)
+    whole = staircase_cell_table(*args, piece_mass=2.0)
+    for a, b in zip(table, whole):
+        np.testing.assert_array_equal(a, b)
+    assert np.count_nonzero(table[5] & (table[5] - 1)) > 0.9 * table[5].shape[0]
+
+
 SMALL = (0.7, 40, 13)  # lam, width, r: values up to a few hundred, pmf testable value by value
 
 
