@@ -38,11 +38,14 @@ def _cell_offset(rng, lam, log_l, squeeze):
             return offset
 
 
-def _one_pass_bulk(y, rng, granularity, c, bulk, records, steps, clip, lo, hi):
+def _one_pass_bulk(y, rng, granularity, c, bulk, records, pieces, clip, lo, hi):
     """:func:`S._staircase_additive_bulk` written as one pass, label by label,
-    from the twins of its helpers (the order of digits the kernel must keep)."""
+    from the twins of its helpers (the order of digits the kernel must keep);
+    ``pieces``: (starts, sizes) of a table of pieces, whose entry index
+    ``records`` (:func:`S.alias_records`) picks: a power of two of values
+    from the offset digit's top bits, any other length by rejection."""
     digit, pick, tail = _twin.twin(S._digit), _twin.twin(S._alias_pick), _twin.twin(S._staircase_tail)
-    residue, shift = _twin.twin(S._float_residue), _twin.twin(S._shift_on_grid)
+    shift = _twin.twin(S._shift_on_grid)
     qd, frac, scale, m0, cell, _, squeeze, lam = (float(b) for b in bulk)
     half = (records.shape[0] // 3 - 1) // 2
     out = np.empty(y.shape[0])
@@ -53,12 +56,16 @@ def _one_pass_bulk(y, rng, granularity, c, bulk, records, steps, clip, lo, hi):
             z = tail(d, qd, frac, c, m0, rng)
         if z != z:
             v = (d - qd) * scale
-            if steps.shape[0] > 0:
+            if pieces is not None:
                 j = int(pick(v, records))
-                e = digit(rng)
-                while e >= steps[j, 2]:
-                    e = digit(rng)
-                z = steps[j, 0] + residue(e, steps[j, 1], steps[j, 3])
+                start, size = int(pieces[0][j]), int(pieces[1][j])
+                e = int(digit(rng))
+                if size & (size - 1) == 0:
+                    z = float(start + e // (2**53 // size))
+                else:
+                    while e >= 2**53 - 2**53 % size:
+                        e = int(digit(rng))
+                    z = float(start + e % size)
             else:
                 t = pick(v, records) - half
                 z = t
@@ -70,35 +77,44 @@ def _one_pass_bulk(y, rng, granularity, c, bulk, records, steps, clip, lo, hi):
 
 
 def _bulk_case(kind, reference=False):
-    """(constants, bulk, records, steps) of a table with many tail labels,
-    for each kind of table; ``reference``: the table's :func:`S.alias_records`
-    (of entry indices) also for a table of cells, whose kernel reads
-    :func:`S.cell_records` (entries' first values and signs)."""
+    """(constants, bulk, records) of a table with many tail labels, for each
+    kind of table; ``reference``: the table's :func:`S.alias_records` (of
+    entry indices) also for tables of cells and of pieces, whose kernel
+    reads :func:`S.cell_records` / :func:`S.piece_records` (entries' first
+    values and signs or lengths), and the (starts, sizes) of the pieces."""
+    pieces = None
     if kind == "values":
         lam, width, r = 0.05, 1, 1
         m0, tail, prob, alias = staircase_alias_table(lam, width, r, min_probability=1e-3)
-        cell, squeeze, steps = 1, 0, None
+        cell, squeeze = 1, 0
     elif kind == "cells":
         lam, width, r = 2.0**-11, 1, 1  # P(0) about 2.4e-4: a few zeros in 20,000 labels
         m0, tail, prob, alias, cell, squeeze = laplace_cell_table(lam, min_probability=1e-4, rtol=1e-6)
-        steps = None
     else:
+        # Pieces of at least 2**-7 of the mass: entries of 2**k values and 10
+        # of another length (10% of the draws: the rare path runs often).
         lam, width, r = 0.8, 40, 12
-        m0, tail, prob, alias, starts, sizes = staircase_cell_table(lam, width, r, min_probability=1e-2)
-        cell, squeeze, steps = 1, 0, S.step_records(starts, sizes)
+        m0, tail, prob, alias, *pieces = staircase_cell_table(
+            lam, width, r, min_probability=1e-2, piece_mass=2.0**-7)
+        assert np.count_nonzero(pieces[1] & (pieces[1] - 1)) >= 10
+        cell, squeeze = 0, 0
     bulk = S.bulk_constants(m0, tail, prob.shape[0], cell, lam, squeeze)
     assert tail > 0.001  # the exact tail runs inside the blocks
-    if cell > 1 and not reference:
+    if reference:
+        return S.staircase_constants(lam, width, r), bulk, S.alias_records(prob, alias), pieces
+    if cell > 1:
         records = S.cell_records(prob, alias, cell)
+    elif cell == 0:
+        records = S.piece_records(prob, alias, *pieces)
     else:
         records = S.alias_records(prob, alias)
-    return (S.staircase_constants(lam, width, r), bulk, records,
-            S._NO_STEPS if steps is None else steps)
+    return S.staircase_constants(lam, width, r), bulk, records
 
 
-@pytest.mark.parametrize("kind", ["values", "cells", "steps"])
+@pytest.mark.parametrize("kind", ["values", "cells", "pieces"])
 def test_bulk_kernel_reads_the_digits_of_one_pass(kind):
-    # 20,000 labels: tails, ties and (cells) zeros among them.
+    # 20,000 labels: tails, ties, (cells) zeros and (pieces) entries of
+    # lengths other than a power of two among them.
     case = _bulk_case(kind)
     y = np.random.default_rng(1).uniform(-50.0, 50.0, 20_000)
     args = (0.5, *_bulk_case(kind, reference=True), True, -40.0, 40.0)
@@ -137,7 +153,7 @@ def _mutant_cell_records(prob, alias, cell):
 
 @pytest.mark.parametrize("kernel", ["compiled", "twin", "mutant"])
 def test_the_cell_of_zero_reads_its_offset_digit_and_gives_zero(kernel):
-    c, bulk, index_records, steps = _bulk_case("cells", reference=True)
+    c, bulk, index_records, _ = _bulk_case("cells", reference=True)
     d = _digit_of_zero_cell(bulk, index_records)
     lam, cell = bulk[7], bulk[4]
     _, _, prob, alias, _, _ = laplace_cell_table(lam, min_probability=1e-4, rtol=1e-6)
@@ -147,7 +163,7 @@ def test_the_cell_of_zero_reads_its_offset_digit_and_gives_zero(kernel):
     # the next digit, far in the bulk (the first cell of the positive side).
     src = scripted([d, 7, bulk[0] + (index_records.shape[0] // 3 // 2 + 1.5) / bulk[2], 0, 0, 0])
     out = np.empty(2)
-    run(np.zeros(2), src, 1.0, c, bulk, records, steps, False, 0.0, 0.0, out)
+    run(np.zeros(2), src, 1.0, c, bulk, records, False, 0.0, 0.0, out)
     assert digits_used(src) == 4
     if kernel == "mutant":
         assert out[0] != 0.0  # caught
@@ -175,19 +191,16 @@ def _one_pass_gaussian(y, rng, granularity, g, records, squeeze, clip, lo, hi):
                 if z == z:
                     break
             t = pick((d - qd) * scale, records) - half
-            if cell == 1.0:
-                z = t
-                break
-            e = int(digit(rng))
+            e = int(digit(rng))  # also for cells of one value (offset 0)
             offset = e >> shift
             if t == 0.0:
-                if offset == 0:
+                if offset < g[13]:  # L / K
                     z = 0.0
                     break
                 continue
             m_first = 1.0 + cell * (abs(t) - 1.0)
             bits = e & (unit - 1)
-            if bits >= squeeze[int(abs(t))]:
+            if bits + offset * int(squeeze[int(abs(t))]) >= int(g[12]):  # the linear squeeze
                 x = math.exp(-(offset * (2.0 * m_first + offset)) * g[7]) * float(unit)
                 xd = math.floor(x)
                 if not first(float(bits), float(xd), x - xd, rng):
@@ -211,22 +224,25 @@ def test_gaussian_kernel_reads_the_digits_of_the_plain_loop(sigma):
 
 
 def test_gaussian_rare_branch_rejects_and_accepts_as_the_squeeze_says():
-    # The cell of 0 (squeeze 0) accepts offset 0 only; a far cell's bits above
-    # its squeeze go through the exact Bernoulli of the exponential.
+    # The cell of 0 (L = 128 values, envelope K = 64) accepts the offsets
+    # below L / K = 2; a far cell's bits above its linear squeeze go through
+    # the exact Bernoulli of the exponential.
     g, prob, alias, squeeze = gaussian_cell_table(5000.0)
+    assert g[4] == 128 and g[13] == 2
     rare = S._gaussian_cell_rare
     shift = int(g[5])
     unit_f = float(2**shift)
-    assert rare(0.0, 0, 5, 1.0, g[7], unit_f, np.random.default_rng(0)) == 0.0
-    assert rare(0.0, 3, 5, 1.0, g[7], unit_f, np.random.default_rng(0)) == math.inf
+    for offset, value in [(0, 0.0), (1, 0.0), (2, math.inf), (3, math.inf)]:
+        assert rare(0.0, offset, 5, 1.0, g[7], unit_f, g[13], np.random.default_rng(0)) == value
     t = float(len(squeeze) - 1)
     m_first = 1.0 + g[4] * (t - 1.0)
     offset = int(g[4]) - 1
     accept = math.exp(-(offset * (2.0 * m_first + offset)) * g[7])
     low, high = int(accept * unit_f) - 1, int(accept * unit_f) + 1
-    assert low >= squeeze[int(t)]  # the branch the squeeze sends here
-    assert rare(-t, offset, low, m_first, g[7], unit_f, np.random.default_rng(0)) == -(m_first + offset)
-    assert rare(t, offset, high, m_first, g[7], unit_f, np.random.default_rng(0)) == math.inf
+    assert low + offset * squeeze[int(t)] >= g[12]  # the branch the squeeze sends here
+    rng = np.random.default_rng(0)
+    assert rare(-t, offset, low, m_first, g[7], unit_f, g[13], rng) == -(m_first + offset)
+    assert rare(t, offset, high, m_first, g[7], unit_f, g[13], rng) == math.inf
     assert DIGIT == 2.0**53
 
 
@@ -240,8 +256,7 @@ def _offset_counts(lam, log_l, squeeze, n, seed):
     out = np.empty(n)
     S._staircase_additive_bulk(np.zeros(n), np.random.default_rng(seed), 1.0,
                                S.staircase_constants(lam, 1, 1), bulk,
-                               S.cell_records(prob, alias, 2**log_l),
-                               S._NO_STEPS, False, 0.0, 0.0, out)
+                               S.cell_records(prob, alias, 2**log_l), False, 0.0, 0.0, out)
     z = np.abs(out[out != 0.0]) - 1.0
     assert np.all(z == np.rint(z)) and z.min() >= 0 and z.max() < 2**log_l
     return np.bincount(z.astype(np.int64), minlength=2**log_l)

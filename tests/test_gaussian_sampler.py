@@ -8,7 +8,10 @@
   in-cell rejection is far from 1.
 * Mutations are caught: accepting every offset of a cell (a broken squeeze)
   or a tail proposal without its Bernoulli.
-* The squeeze never accepts what the exact Bernoulli would reject.
+* The linear squeeze never accepts what the exact Bernoulli would reject.
+* The value 0 under an envelope of K < L values keeps its probability (a
+  mutant accepting offset 0 only is caught); too small a K for the alias
+  table's bound falls back to the whole cell.
 * The mechanism uses it on one label as on many, and a keyed release reads
   each row's own stream (the same output for a row alone or in a batch).
 """
@@ -80,7 +83,7 @@ def test_a_squeeze_that_accepts_everything_is_caught():
     sigma = 200.0
     table = gaussian_cell_table(sigma, 2, 1.5)
     constants, prob, alias, squeeze = table
-    broken = (constants, prob, alias, np.full_like(squeeze, 2 ** int(constants[5])))
+    broken = (constants, prob, alias, np.zeros_like(squeeze))  # slope 0: every b < B accepted
     assert _pvalue(_draw(sigma, broken), sigma) < 1e-6
 
 
@@ -97,14 +100,34 @@ def test_a_tail_without_its_bernoulli_is_caught():
 
 @pytest.mark.parametrize("sigma", [3.7, 200.0, 5000.0, 7.6e5, 1e9])
 def test_the_squeeze_is_below_every_acceptance_of_its_cell(sigma):
+    """Bits b passing the linear squeeze (b + i k_t < B) have b + 1 at most
+    the floor of the kernel's float acceptance u e^(-i (2 m_t + i) / 2
+    sigma^2): the exact Bernoulli accepts them whatever the further digits;
+    checked for every cell at offsets across [0, L) (all of them for small
+    L). The cell of 0 passes offset 0 only. Not loose either: short of the
+    acceptance by second-order terms only."""
     constants, prob, alias, squeeze = gaussian_cell_table(sigma)
     big_l, unit, inv_two_var = constants[4], 2.0 ** constants[5], constants[7]
+    below = constants[12]
+    assert below == math.floor(unit * (1 - 1e-12))
     n_cells = int(constants[3])
     assert squeeze.shape[0] == n_cells + 1
     m_first = 1.0 + big_l * np.arange(n_cells)
-    for offset in sorted({0.0, min(1.0, big_l - 1.0), big_l // 2, big_l - 1.0}):  # i < L
-        q = np.exp(-(offset * (2.0 * m_first + offset)) * inv_two_var)
-        assert np.all(squeeze[1:] <= np.floor(q * unit))
+    k = squeeze[1:].astype(np.float64)
+    if big_l == 1.0:
+        return  # one value a cell: always accepted, no squeeze read
+    offsets = np.unique(np.concatenate([np.arange(min(big_l, 512.0)),
+                                        np.linspace(0, big_l - 1, 200).round()]))
+    for offset in offsets:
+        x = np.exp(-(offset * (2.0 * m_first + offset)) * inv_two_var) * unit  # the kernel's
+        passing = below - offset * k  # b passes iff b < this (b >= 0 integer)
+        assert np.all(passing <= np.floor(x))
+        # Tight to second order: short of the acceptance by at most the
+        # slope's rounding up, i (L - 1 - i) / 2 sigma^2, plus a^2 / 2.
+        a = offset * (2.0 * m_first + offset) * inv_two_var
+        slack = offset * (big_l - 1.0 - offset) * inv_two_var + a * a / 2 + 1e-11 + offset / unit
+        assert np.all(np.floor(x) - passing <= slack * unit + 1.0)
+    assert squeeze[0] * 1.0 >= unit  # the cell of 0: offset 0 only
 
 
 def test_tables_exist_on_the_mechanisms_grids():
@@ -134,3 +157,33 @@ def test_a_keyed_row_reads_its_own_stream():
     np.testing.assert_array_equal(back[::-1], batch)
     noise = (batch - np.rint(y / mech.granularity_) * mech.granularity_) / mech.sigma_
     assert 0.9 < noise.std() < 1.1
+
+
+def test_the_value_zero_has_its_probability_under_an_envelope_below_the_cell():
+    """The value 0's envelope K = min(L, zero_envelope) < L: its proposals are
+    accepted when the offset is below L / K, probability 1 / K, so P(0) is
+    the discrete Gaussian's (32 values a cell, K = 4: offsets 0-7 accepted).
+    Mutation: a table whose constants say L / K = 1 (the kernel accepting
+    offset 0 only, as for K = L) gives 0 an eighth of its probability."""
+    sigma = 40.0
+    table = gaussian_cell_table(sigma, 1, 9.0, zero_envelope=4)
+    assert table[0][4] == 32 and table[0][13] == 8
+    z = np.arange(-700, 701)
+    p = np.exp(-(z * z) / (2.0 * sigma * sigma))
+    p /= p.sum()
+    draws = _draw(sigma, table)
+    assert chi_square_pvalue(draws, z, p) > 1e-4
+    zeros, expected = np.count_nonzero(draws == 0), N * p[700]
+    assert abs(zeros - expected) < 5 * math.sqrt(expected)
+    broken = table[0].copy()
+    broken[13] = 1.0
+    zeros = np.count_nonzero(_draw(sigma, (broken, *table[1:])) == 0)
+    assert zeros < expected / 4
+
+
+def test_the_value_zero_falls_back_to_a_full_cell_when_its_share_is_too_small():
+    # sigma = 2**20 (L = 2**15): an envelope of 1 for the value 0 is below the
+    # alias table's 1e-9 bound, so the whole cell is used (L / K = 1); 64 is not.
+    sigma = 2.0**20
+    assert gaussian_cell_table(sigma, zero_envelope=1)[0][13] == 1.0
+    assert gaussian_cell_table(sigma)[0][13] == 2.0**15 / 64

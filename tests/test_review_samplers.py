@@ -97,7 +97,7 @@ def _log_weight(table, z):
     m = np.abs(z).astype(np.float64)
     out = np.empty(m.shape)
     zero, bulk, far = m == 0, (m > 0) & (m < m0), m >= m0
-    out[zero] = np.log(cells[n_cells] / big_l)
+    out[zero] = np.log(cells[n_cells] * constants[13] / big_l)  # offsets below L / K
     t = np.floor((m[bulk] - 1.0) / big_l) + 1.0
     m_first = 1.0 + big_l * (t - 1.0)
     offset = m[bulk] - m_first
@@ -342,13 +342,13 @@ def test_staircase_family_table_is_exact_at_extreme_epsilon(make):
     table = mech._alias_table[1]
     if table is None:  # the exact sampler everywhere (its own tests)
         return
-    m0, tail, prob, alias, cell, squeeze, steps = table
+    m0, tail, prob, alias, cell, squeeze, pieces = table
     exact_tail = 2 * staircase_tail(np.array([m0]), lam, width, r)[0]
     np.testing.assert_allclose(tail, exact_tail, rtol=1e-9)
     implied = alias_table_probabilities(prob, alias) * (1.0 - tail)
     half = (prob.shape[0] - 1) // 2
-    if steps is not None:  # entries are steps of equal-weight values
-        starts, sizes = steps[:, 0], steps[:, 1]
+    if pieces is not None:  # entries are pieces of steps, of equal-weight values
+        starts, sizes = pieces
         exact = staircase_pmf(starts, lam, width, r) * sizes
         assert sizes.sum() == 2 * m0 - 1
     elif cell > 1:  # entries are cells of the discrete Laplace: 0, then L values a cell
@@ -501,8 +501,8 @@ def test_step_tables_tile_and_are_exact_at_the_extreme_step_lengths(lam, width, 
         m0, tail, prob, alias, starts, sizes = small
         z = S.staircase_additive_bulk(
             np.zeros(200_000), np.random.default_rng(3), 1.0, S.staircase_constants(lam, width, r),
-            S.bulk_constants(m0, tail, prob.shape[0]), prob, alias, False, 0.0, 0.0,
-            steps=S.step_records(starts, sizes),
+            S.bulk_constants(m0, tail, prob.shape[0], cell=0), prob, alias, False, 0.0, 0.0,
+            pieces=(starts, sizes),
         )
         support = np.arange(-(m0 + 3 * width), m0 + 3 * width + 1)
         p = staircase_pmf(support, lam, width, r)

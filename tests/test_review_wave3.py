@@ -296,8 +296,7 @@ def _offsets_from_kernel(lam, n, seed, twin=False):
     out = np.empty(n)
     kernel = _twin.twin(S._staircase_additive_bulk) if twin else S._staircase_additive_bulk
     rng = np.random.default_rng(seed)
-    kernel(np.zeros(n), rng, 1.0, c, bulk, S.cell_records(prob, alias, cell), S._NO_STEPS, False,
-           0.0, 0.0, out)
+    kernel(np.zeros(n), rng, 1.0, c, bulk, S.cell_records(prob, alias, cell), False, 0.0, 0.0, out)
     return out, m0, cell, _state(rng)
 
 

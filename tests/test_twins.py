@@ -336,7 +336,7 @@ def test_the_cold_caps_cover_a_warm_up_fit():
 
 # The three alias tables of the bulk staircase kernel (from 10,000 labels):
 # super-block cells (Laplace), steps (staircase), values (discrete Laplace).
-_BULK = [("laplace", 8192), ("staircase", 1), ("discrete-laplace", 1)]
+_BULK = [("laplace", 8192), ("staircase", 0), ("discrete-laplace", 1)]
 
 
 def _bulk_fit(monkeypatch, name, use_twin):
@@ -358,7 +358,7 @@ def test_bulk_staircase_twin_is_the_kernel(monkeypatch, name, cell):
     ref, _, _ = _bulk_fit(monkeypatch, name, False)
     table = mech._alias_table[1]
     assert "_staircase_additive_bulk" in used and table[4] == cell
-    assert (table[6] is not None) == (name == "staircase")  # the steps table
+    assert (table[6] is not None) == (name == "staircase")  # the table of pieces
     assert _same(got, ref)
     assert _twin.kernel_for(S._staircase_additive_bulk, _keyed(3), 1) is S._staircase_additive_bulk
 

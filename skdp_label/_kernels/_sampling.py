@@ -360,11 +360,12 @@ def staircase_one_sided(c, rng):
 
 def bulk_constants(m0, tail_probability, n_entries, cell=1, lam=0.0, squeeze=0):
     """Constants of :func:`staircase_additive_bulk` (``cell``: values per
-    table entry, 1 for a table of values; a table of cells, a power of two,
-    also gives the rate ``lam`` and the ``squeeze`` of ``laplace_cell_table``):
+    table entry, 1 for a table of values, 0 for a table of pieces of their
+    own lengths; a table of cells, a power of two, also gives the rate
+    ``lam`` and the ``squeeze`` of ``laplace_cell_table``):
     (qd, frac, bulk scale, m0, cell, 53 - log2(cell), squeeze, lam)."""
     qd, frac = split_probability(tail_probability)
-    shift = 53 - (int(cell).bit_length() - 1)
+    shift = 53 - (max(int(cell), 1).bit_length() - 1)
     if cell > 1 and 1 << (53 - shift) != cell:
         raise ValueError(f"a table's cells hold a power of two of values, not {cell}.")
     return np.array([qd, frac, n_entries / (_DIGIT - qd), float(m0), float(cell), float(shift),
@@ -423,40 +424,48 @@ def cell_records(prob, alias, cell):
 
 def envelope_records(prob, alias, cell, squeeze):
     """:func:`cell_records` of a Gaussian envelope's table
-    (``gaussian_cell_table``) with two more columns, (q(a), q(j) - q(a)):
-    q the squeeze of the entry's cell (``squeeze[|t|]``, an integer below
-    2**53) and 0 for the cell of 0 (its proposals all take the rare path),
-    for :func:`_gaussian_additive`: 56 bytes a record, no second table
-    read."""
+    (``gaussian_cell_table``) with two more columns, (k(a), k(j) - k(a)):
+    k the slope of the entry's cell's linear squeeze (``squeeze[|t|]``, an
+    integer below 2**53; ``squeeze[0]`` for the cell of 0), for
+    :func:`_gaussian_additive`: 56 bytes a record, no second table read."""
     records = cell_records(prob, alias, cell).reshape(-1, 5)
     half = (records.shape[0] - 1) // 2
     j = np.arange(records.shape[0])
     other = np.asarray(alias, dtype=np.int64)
     least = np.asarray(squeeze, dtype=np.float64)[np.abs(j - half)]
-    least[half] = 0.0
     least_other = least[other]
     return np.ascontiguousarray(np.concatenate(
         [records, np.stack([least_other, least - least_other], axis=1)], axis=1,
     ).reshape(-1))
 
 
-_NO_STEPS = np.zeros((0, 4))
-
-
-def step_records(starts, sizes):
-    """The ``steps`` of :func:`staircase_additive_bulk`: per entry, its first
-    value, its number of values m, 2**53 - (2**53 mod m), below which a
-    digit's residue mod m is exactly uniform, and 1 / m (for
-    :func:`_float_residue`); all exact integers but 1 / m, as floats."""
+def piece_records(prob, alias, starts, sizes):
+    """:func:`cell_records` of a table of *pieces* (entries of ``sizes[j]``
+    equal-weight values from ``starts[j]``, ``staircase_cell_table``), for
+    :func:`_staircase_additive_bulk`: one 56-byte record per entry j, (t_j,
+    s(a), s(j) - s(a), u(a), u(j) - u(a), m(a), m(j) - m(a)) with a =
+    alias[j], s the entry's first value, m its number of values and u =
+    m / 2**53 when m is a power of two (the value is s + floor(e u) for a
+    digit e: its top log2 m bits), 0 otherwise (the value is drawn on the
+    rare path, :func:`_step_offset`, from m). Exact: the s and m are
+    integers with |s| + m <= 2**52 (checked) and the u powers of two in
+    [2**-53, 2**-1] (or 0), so every difference, every selected value and
+    every s + offset is exact."""
+    _, threshold, other = _alias_thresholds(prob, alias)
+    starts = np.asarray(starts, dtype=np.int64)
     sizes = np.asarray(sizes, dtype=np.int64)
-    return np.ascontiguousarray(np.stack([
-        np.asarray(starts, np.int64).astype(np.float64), sizes.astype(np.float64),
-        (_DIGIT_INT - _DIGIT_INT % sizes).astype(np.float64), 1.0 / sizes.astype(np.float64),
-    ], axis=1))
+    if not (np.all(sizes >= 1) and np.all(np.abs(starts) + sizes <= 2**52)):
+        raise ValueError("a table of pieces holds at least one value an entry, all below 2**52.")
+    unit = np.where(sizes & (sizes - 1) == 0, sizes / _DIGIT, 0.0)
+    a = other.astype(np.int64)
+    columns = [threshold]
+    for x in (starts.astype(np.float64), unit, sizes.astype(np.float64)):
+        columns += [x[a], x - x[a]]
+    return np.ascontiguousarray(np.stack(columns, axis=1).reshape(-1))
 
 
 def staircase_additive_bulk(
-    y, rng, granularity, c, bulk, prob, alias, clip, lo, hi, steps=None, records=None,
+    y, rng, granularity, c, bulk, prob, alias, clip, lo, hi, pieces=None, records=None,
 ):
     """:func:`staircase_additive` with the bulk from an alias table.
 
@@ -480,23 +489,27 @@ def staircase_additive_bulk(
     digit, the cell kept (the acceptance does not depend on the cell, so
     the cells' masses are the table's). The table from ``laplace_cell_table``.
 
-    A table of *steps* (``steps`` from :func:`step_records`: the staircase
-    on a fine grid, ``staircase_cell_table``) has entries of equal-weight
-    values ``start, ..., start + m - 1``; the value is drawn uniformly inside
-    the entry from a fresh digit (exactly, by rejection).
+    A table of *pieces* (``cell = 0``; ``pieces = (starts, sizes)``: the
+    staircase on a fine grid, ``staircase_cell_table``) has entries of
+    equal-weight values ``start, ..., start + m - 1``; the value is uniform
+    inside the entry, from a fresh digit: its top log2(m) bits when m is a
+    power of two (all entries but at most one a step), else exactly by
+    rejection on a rare path (:func:`_step_offset`).
 
     ``records``: :func:`alias_records` of the table (:func:`cell_records`
-    for a table of cells), if kept from an earlier call (packing a large
-    table costs about as much as 10,000 labels).
+    for a table of cells, :func:`piece_records` for one of pieces), if kept
+    from an earlier call (packing a large table costs about as much as
+    10,000 labels).
     """
     if records is None:
         cell = bulk[4]
-        records = cell_records(prob, alias, cell) if cell > 1.0 else alias_records(prob, alias)
+        if cell == 0.0:
+            records = piece_records(prob, alias, *pieces)
+        else:
+            records = cell_records(prob, alias, cell) if cell > 1.0 else alias_records(prob, alias)
     out = np.empty(y.shape[0], dtype=np.float64)
     kernel_for(_staircase_additive_bulk, rng, y.shape[0])(
-        y, rng, granularity, c, bulk, records, _NO_STEPS if steps is None else steps, clip, lo, hi,
-        out,
-    )
+        y, rng, granularity, c, bulk, records, clip, lo, hi, out)
     return out
 
 
@@ -544,23 +557,20 @@ def _cell_pick(v, records, stride):
     return at, keep, first, records[at + np.uint64(3)] + keep * records[at + np.uint64(4)]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _float_residue(d, m, inv_m):
-    """``d mod m`` for integers ``0 <= d < 2**53`` and ``1 <= m < 2**53``
-    held in floats, with ``inv_m = 1.0 / m`` (computed once per table
-    entry), as a float: exactly ``float(np.int64(d) % np.int64(m))`` without
-    the int64 division, nor the float/int conversions of :func:`_residue`.
-    The float quotient d * inv_m is within (d / m) 2**-52 of d / m (two
-    roundings), so its floor q is floor(d / m), or one more when d = q m - t
-    with t <= d 2**-52 < 2, i.e. t = 1: q m <= d + 1 <= 2**53 is a product of
-    integers that float64 holds exactly, and so is d - q m, which the
-    correction brings into [0, m)."""
-    r = d - np.floor(d * inv_m) * m
-    if r < 0.0:
-        r += m
-    elif r >= m:
-        r -= m
-    return r
+@numba.njit(cache=True, nogil=True)
+def _step_offset(e, m, rng):
+    """A uniform integer in [0, m) (a float), for an entry of a table of
+    pieces whose length ``m`` is not a power of two: ``e mod m`` for the
+    digit ``e`` (a float) if it lies below the largest multiple of m (at
+    most 2**53), else the same for fresh digits (probability below m / 2**53
+    a digit): exactly uniform. The kernel calls it for digits e >= 2**53 - m
+    only (the others are below that multiple: their residue inline). Not
+    inlined (see :func:`_staircase_tail`)."""
+    size = np.int64(m)
+    limit = _DIGIT_INT - _DIGIT_INT % size
+    while np.int64(e) >= limit:
+        e = _digit(rng)
+    return float(np.int64(e) % size)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -577,7 +587,7 @@ def _staircase_tail(d, qd, frac, c, m0, rng):
 
 
 @numba.njit(cache=True, nogil=True)
-def _staircase_additive_bulk(y, rng, granularity, c, bulk, records, steps, clip, lo, hi, out):
+def _staircase_additive_bulk(y, rng, granularity, c, bulk, records, clip, lo, hi, out):
     qd, frac, scale, m0, cell = bulk[0], bulk[1], bulk[2], bulk[3], bulk[4]
     shift, squeeze, lam = np.int64(bulk[5]), np.int64(bulk[6]), bulk[7]  # a table of cells'
     bits_mask = (np.int64(1) << shift) - 1
@@ -594,12 +604,19 @@ def _staircase_additive_bulk(y, rng, granularity, c, bulk, records, steps, clip,
             release(rng, state)
             z = _staircase_tail(d, qd, frac, c, m0, rng)
             state = hold(rng)
-        if z != z and steps.shape[0] > 0:
-            j = np.int64(_alias_pick((d - qd) * scale, records))
+        if z != z and cell == 0.0:  # a table of pieces (piece_records)
+            at, keep, first, unit = _cell_pick((d - qd) * scale, records, 7)
+            # Its value's digit: the top log2(m) bits of a power of two m.
             e, state = held_digit(rng, state)
-            while e >= steps[j, 2]:  # probability below m / 2**53
-                e, state = held_digit(rng, state)
-            z = steps[j, 0] + _float_residue(e, steps[j, 1], steps[j, 3])
+            z = first + np.floor(e * unit)
+            if unit == 0.0:  # another length (few draws; half at eps = 0.002)
+                m = records[at + np.uint64(5)] + keep * records[at + np.uint64(6)]
+                if e < _DIGIT - m:  # below the largest multiple of m: e mod m
+                    z = first + float(np.int64(e) % np.int64(m))
+                else:  # exactly, by rejection (rare)
+                    release(rng, state)
+                    z = first + _step_offset(e, m, rng)
+                    state = hold(rng)
         elif z != z and cell > 1.0:
             # The cell's first value and sign from its record (cell_records).
             _, _, first, sign = _cell_pick((d - qd) * scale, records, 5)
@@ -683,14 +700,15 @@ def _gaussian_tail(d, g, rng):
 
 
 @numba.njit(cache=True, nogil=True)
-def _gaussian_cell_rare(t, offset, bits, m_first, inv_two_var, unit_f, rng):
+def _gaussian_cell_rare(t, offset, bits, m_first, inv_two_var, unit_f, zero_offsets, rng):
     """The proposal (cell ``t``, offset, acceptance ``bits``) of
     :func:`_gaussian_additive` whose bits are not below its cell's squeeze
-    (always so in the cell of 0, whose squeeze is 0): its value if accepted,
+    (in the cell of 0 all offsets but 0; it accepts those below
+    ``zero_offsets``, L / K of ``gaussian_cell_table``): its value if accepted,
     inf if rejected. Not inlined (see :func:`_staircase_tail`): the
     exponential's call kept the hot loop's values in memory."""
-    if t == 0.0:  # the value 0 under an envelope of L: accepted w.p. 1 / L
-        return 0.0 if offset == 0 else np.inf
+    if t == 0.0:  # the value 0 under an envelope of K: accepted w.p. 1 / K
+        return 0.0 if offset < zero_offsets else np.inf
     x = np.exp(-(offset * (2.0 * m_first + offset)) * inv_two_var) * unit_f
     xd = np.floor(x)
     if _bernoulli_first(float(bits), xd, x - xd, rng):
@@ -700,8 +718,8 @@ def _gaussian_cell_rare(t, offset, bits, m_first, inv_two_var, unit_f, rng):
 
 @numba.njit(cache=True, nogil=True)
 def _gaussian_additive(y, rng, granularity, g, records, clip, lo, hi, out):
-    qd, scale, cell, shift = g[0], g[2], g[4], np.int64(g[5])  # g[1]: the tail's
-    inv_two_var = g[7]
+    qd, scale, shift = g[0], g[2], np.int64(g[5])  # g[1]: the tail's
+    inv_two_var, below = g[7], g[12]
     unit = np.int64(1) << shift
     unit_f = float(unit)
     inv_granularity = 1.0 / granularity
@@ -721,22 +739,23 @@ def _gaussian_additive(y, rng, granularity, g, records, clip, lo, hi, out):
             # The same digit picks a cell: its first value, sign and squeeze
             # from its record (envelope_records).
             at, keep, first, sign = _cell_pick((d - qd) * scale, records, 7)
-            if cell == 1.0:  # one value a cell: its weight is the envelope's
-                z = first
-                break
             # One digit: its top log2(L) bits are the offset, the others start
-            # the uniform of the acceptance Bernoulli (read on in a tie).
+            # the uniform of the acceptance Bernoulli (read on in a tie). Read
+            # for cells of one value too (offset 0, accepted but with
+            # probability ~1e-12 at once): a branch on L for them cost ~5%.
             e, state = held_int_digit(rng, state)
             offset = e >> shift
             bits = e & (unit - 1)
-            # One rare branch: bits under the cell's smallest acceptance accept
-            # (the cell of 0 has squeeze 0: never). Exact integers below 2**53.
-            if float(bits) < records[at + np.uint64(5)] + keep * records[at + np.uint64(6)]:
+            # One rare branch: bits under the cell's linear squeeze accept
+            # (gaussian_cell_table; in the cell of 0, slope 2**52, offset 0
+            # only). Integers: exact below 2**53, and above it far above B.
+            slope = records[at + np.uint64(5)] + keep * records[at + np.uint64(6)]
+            if float(bits) + float(offset) * slope < below:
                 z = first + sign * float(offset)
                 break
             release(rng, state)
             # The rare path as for t = sign (it reads only t's sign and t == 0).
-            z = _gaussian_cell_rare(sign, offset, bits, abs(first), inv_two_var, unit_f, rng)
+            z = _gaussian_cell_rare(sign, offset, bits, abs(first), inv_two_var, unit_f, g[13], rng)
             state = hold(rng)
             if z != np.inf:
                 break
@@ -792,8 +811,7 @@ def _residue(d, m):
 def _residue_by(d, m, inv_m):
     """:func:`_residue` given ``inv_m = 1.0 / m``, for a kernel whose ``m``
     varies per label (a table of moduli and their inverses: no division).
-    An int64, for index arithmetic; :func:`_float_residue` is the same
-    residue as a float, for kernels whose other operands are floats."""
+    An int64, for index arithmetic."""
     mi = np.int64(m)
     r = np.int64(d) - np.int64(d * inv_m) * mi
     if r < 0:

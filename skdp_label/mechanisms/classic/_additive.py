@@ -31,6 +31,7 @@ from ..._kernels._sampling import (
     cell_records,
     discrete_gaussian,
     envelope_records,
+    piece_records,
     gaussian_additive,
     max_staircase_magnitude,
     bulk_constants,
@@ -38,7 +39,6 @@ from ..._kernels._sampling import (
     staircase_additive_bulk,
     staircase_constants,
     staircase_noise,
-    step_records,
 )
 from ...utils._random import power_of_two_grid
 from .._base import OUT_OF_BOUNDS_CONSTRAINT, OUT_OF_BOUNDS_DOC, BaseLabelMechanism
@@ -228,21 +228,23 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
             key = (lam, width, r)
             cached = getattr(self, "_alias_table", None)
             if cached is None or cached[0] != key:  # rebuilt after a refit
-                # (m0, tail, prob, alias, values a cell, squeeze, steps)
+                # (m0, tail, prob, alias, values a cell, squeeze, pieces)
                 table = staircase_alias_table(lam, width, r)
                 if table is not None:
                     table = (*table, 1, 0, None)
                 elif width == 1 and r == 1:  # a fine grid: a table of cells
                     table = laplace_cell_table(lam)
                     table = None if table is None else (*table, None)
-                else:  # a fine grid: a table of steps
+                else:  # a fine grid: a table of pieces of steps
                     table = staircase_cell_table(lam, width, r)
                     if table is not None:
                         *head, starts, sizes = table
-                        table = (*head, 1, 0, step_records(starts, sizes))
+                        table = (*head, 0, 0, (starts, sizes))
                 # Packed for the kernel once (public, like the table).
                 if table is None:
                     records = None
+                elif table[4] == 0:  # a table of pieces
+                    records = piece_records(*table[2:4], *table[6])
                 elif table[4] > 1:  # a table of cells
                     records = cell_records(*table[2:5])
                 else:
@@ -250,11 +252,11 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
                 cached = self._alias_table = (key, table, records)
             _, table, records = cached
             if table is not None:
-                m0, tail, prob, alias, cell, squeeze, steps = table
+                m0, tail, prob, alias, cell, squeeze, pieces = table
                 return staircase_additive_bulk(
                     y, rng, self.granularity_, constants,
                     bulk_constants(m0, tail, prob.shape[0], cell, lam, squeeze), prob, alias,
-                    bool(self.clip), lo, hi, steps, records=records,
+                    bool(self.clip), lo, hi, pieces, records=records,
                 )
         return staircase_additive(y, rng, self.granularity_, constants, bool(self.clip), lo, hi)
 

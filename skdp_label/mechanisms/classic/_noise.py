@@ -236,30 +236,50 @@ def laplace_cell_table(lam, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9
     return m0, tail_probability, prob, alias, big_l, squeeze
 
 
-def staircase_cell_table(lam, width, r, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9):
-    """Alias table of the bulk of the staircase distribution by *steps*, for
-    the fine grids of the continuous staircase (``width`` ~ 2**20 eps values a
-    block: far too many values for :func:`staircase_alias_table`).
+# A table of pieces whose entries of other lengths than a power of two hold
+# more of the mass is cut into whole steps instead: half of the draws there
+# (eps = 0.002: thousands of steps, too many for pieces) made the kernel's
+# branch on the entry's kind a coin flip, 1.6x slower than whole steps.
+_MAX_OTHER_SHARE = 0.1
 
-    Every value of a step has the same probability, so an entry is a step:
-    the centre -(r - 1), ..., r - 1 (block 0's high step, both signs, and 0),
-    and for each sign block 0's low step and, for blocks k = 1, ..., K - 1,
-    their high and low steps, as long as a block has at least
-    ``min_probability``; the value inside a step is uniform (drawn exactly by
-    the kernel). The tail |z| >= m0 = K width (probability
-    2 p0 b^K M / (1 - b)) is the exact sampler's. Returns None when the
-    table's error bound (digit quantisation and float error, as in
-    :func:`staircase_alias_table`) exceeds ``rtol`` relative, or when it
-    would have more than ``max_entries`` entries or no block beyond 0.
+
+def staircase_cell_table(
+    lam, width, r, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9, piece_mass=2.0**-20,
+    max_pieces=16384,
+):
+    """Alias table of the bulk of the staircase distribution by *pieces of
+    steps*, for the fine grids of the continuous staircase (``width`` ~ 2**20
+    eps values a block: far too many values for :func:`staircase_alias_table`).
+
+    Every value of a step has the same probability: the centre -(r - 1), ...,
+    r - 1 (block 0's high step, both signs, and 0), and for each sign block
+    0's low step and, for blocks k = 1, ..., K - 1, their high and low steps,
+    as long as a block has at least ``min_probability``. The tail |z| >= m0 =
+    K width (probability 2 p0 b^K M / (1 - b)) is the exact sampler's. Each
+    step is cut into entries of equal-weight values (:func:`_step_pieces`):
+    pieces of a power of two of values, whose value the kernel reads from a
+    digit's top bits (a shift: no division, no rejection), each of mass at
+    least ``piece_mass``, and at most one entry of any other length per step
+    (its low values: drawn exactly by rejection, on a rare path). Returns
+    None when the table's error bound (digit quantisation and float error, as
+    in :func:`staircase_alias_table`) exceeds ``rtol`` relative (after
+    retrying with coarser pieces), or when it would have more than
+    ``max_entries`` entries or no block beyond 0. Pieces are made coarser
+    (``piece_mass`` times 4) while there would be more than ``max_pieces``
+    entries (56 bytes an entry: at most 917 kB, reached only for eps below
+    ~0.01, whose many blocks made 3,127 whole steps already; fewer entries
+    there left half of the draws to the rare path), and the steps are left
+    whole when the entries of other lengths would hold more than a tenth of
+    the mass (eps below ~0.004).
 
     Returns
     -------
     m0 : int
     tail_probability : float
     prob, alias : ndarray
-        The alias table of the steps.
+        The alias table of the entries.
     starts, sizes : ndarray of int64
-        First value and number of values of each step.
+        First value and number of values of each entry.
     """
     width, r = int(width), int(r)
     p0 = _p_zero(lam, width, r)
@@ -270,35 +290,79 @@ def staircase_cell_table(lam, width, r, min_probability=2e-6, max_entries=1 << 1
     )
     if n_blocks < 2:
         return None
-    starts, sizes, masses = [-(r - 1)], [2 * r - 1], [p0 * (2 * r - 1)]
+    starts, sizes, weights = [-(r - 1)], [2 * r - 1], [p0]
     for k in range(n_blocks):
         steps = [(k * width + r, width - r, k + 1)]  # the low step (weight b^(k+1))
         if k > 0:
             steps.append((k * width, r, k))  # the high step (weight b^k)
         for first, size, power in steps:
             if size > 0:
-                mass = p0 * math.exp(-lam * power) * size
+                weight = p0 * math.exp(-lam * power)
                 starts += [first, -(first + size - 1)]
                 sizes += [size, size]
-                masses += [mass, mass]
-    masses = np.array(masses)
+                weights += [weight, weight]
     m0 = n_blocks * width
     tail_probability = 2.0 * p0 * math.exp(-lam * n_blocks) * block_mass / -math.expm1(-lam)
-    prob, alias = alias_table(masses)
-    if not _alias_error_bound(prob, alias, masses, 1.0 - tail_probability) <= rtol:
-        return None
-    return m0, tail_probability, prob, alias, np.array(starts), np.array(sizes)
+    starts, sizes, weights = np.array(starts), np.array(sizes), np.array(weights)
+    while True:
+        table = _step_pieces(starts, sizes, weights, piece_mass)
+        piece_starts, piece_sizes, masses = table
+        other = masses[piece_sizes & (piece_sizes - 1) != 0].sum()
+        if piece_mass < 1.0 and other > _MAX_OTHER_SHARE * masses.sum():
+            piece_mass = 4.0  # whole steps: every draw's residue, a predictable branch
+            continue
+        if piece_starts.shape[0] <= max_pieces or piece_mass >= 1.0:
+            if piece_starts.shape[0] > max_entries:
+                return None
+            prob, alias = alias_table(masses)
+            if _alias_error_bound(prob, alias, masses, 1.0 - tail_probability) <= rtol:
+                return m0, tail_probability, prob, alias, piece_starts, piece_sizes
+            if piece_mass >= 1.0:  # whole steps (no pieces) do not meet it either
+                return None
+        piece_mass *= 4.0
+
+
+def _step_pieces(starts, sizes, weights, piece_mass):
+    """The steps (first value, number of values, weight of a value) cut into
+    entries: for a step of m values of weight w, f the least integer with
+    w 2**f >= ``piece_mass``, its low values (m mod 2**f, if any) and 2**f
+    more make one entry of another length than a power of two (the whole
+    step if m < 2**(f + 1)), and the rest, a multiple of 2**f, is a piece
+    of 2**k values for each of its bits k: every entry has mass >=
+    ``piece_mass`` or is a whole step, and a step has at most one entry of
+    another length, of mass below 4 ``piece_mass``. (starts, sizes,
+    masses)."""
+    out_starts, out_sizes, out_masses = [], [], []
+    for first, m, w in zip(starts.tolist(), sizes.tolist(), weights.tolist()):
+        f = 0
+        while w * 2.0**f < piece_mass and 1 << f <= m:
+            f += 1
+        low = m & ((1 << f) - 1)
+        lengths = []
+        if low or m < 1 << f:
+            lengths.append(min(m, low + (1 << f)))
+        rest = m - lengths[0] if lengths else m
+        lengths += [1 << k for k in range(rest.bit_length()) if rest >> k & 1]
+        for length in lengths:
+            out_starts.append(first)
+            out_sizes.append(length)
+            out_masses.append(w * length)
+            first += length
+    return (np.array(out_starts, dtype=np.int64), np.array(out_sizes, dtype=np.int64),
+            np.array(out_masses))
 
 
 def gaussian_cell_table(
-    sigma, cells_per_sigma=32, n_sigmas=9.0, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9
+    sigma, cells_per_sigma=32, n_sigmas=9.0, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9,
+    zero_envelope=64,
 ):
     """Envelope tables of the discrete Gaussian P(Z = z) proportional to
     e^(-z^2 / (2 sigma^2)), for :func:`skdp_label._kernels._sampling.gaussian_additive`.
 
     Rejection from a piecewise-constant envelope: cells of ``L`` values (a
     power of two, about sigma / ``cells_per_sigma``; 1 for small sigma), the
-    value 0 (envelope L, accepted when the offset is 0) and for each sign
+    value 0 (envelope K = min(L, ``zero_envelope``), accepted when the
+    offset is below L / K: probability exactly 1 / K) and for each sign
     the cells t = 1, ..., T of magnitudes
     m = 1 + L (t - 1) + i, i < L, covering about ``n_sigmas`` sigma. Cell t's
     envelope is L e^(-m_t^2 / 2 sigma^2) (its first value's weight, m_t =
@@ -321,16 +385,25 @@ def gaussian_cell_table(
     -------
     constants : ndarray of float64
         (tail digit threshold, its fraction, bulk scale, T, L, 53 - log2 L,
-        m0, 1 / 2 sigma^2, and the four :func:`geometric_constants` of the tail).
+        m0, 1 / 2 sigma^2, the four :func:`geometric_constants` of the tail,
+        the squeeze's bound B = floor(u (1 - 1e-12)), u = 2**(53 - log2 L),
+        and L / K, the offsets the value 0 accepts).
     prob, alias : ndarray
         The alias table of the cells t = -T, ..., T.
     squeeze : ndarray of int64
-        For |t| = 1, ..., T (after an unused entry for t = 0): an integer
-        below 2**(53 - log2 L) e^(-(L - 1)
-        (2 m_t + L - 1) / 2 sigma^2), the smallest acceptance probability in
-        the cell, scaled to the offset digit's remaining bits: a proposal
-        whose acceptance bits fall below it is accepted without computing
-        the exponential.
+        A linear squeeze: for |t| = 1, ..., T the slope k_t = ceil(u (2 m_t +
+        L - 1) / 2 sigma^2 (1 + 1e-12)) (0 when L = 1), and 2**52 for the cell of 0 (entry
+        0): a proposal of offset i whose acceptance bits b (the offset
+        digit's low 53 - log2 L bits) satisfy b + i k_t < B is accepted
+        without computing the exponential. Exactly when the exact Bernoulli
+        would accept: 1 - a <= e^-a, so b + 1 <= B - i k_t <= u (1 - 1e-12)
+        (1 - i (2 m_t + i) / 2 sigma^2) lies below the kernel's float u
+        e^(-i (2 m_t + i) / 2 sigma^2) (the margin 1e-12 covers its
+        rounding), and b + 1 <= floor(that): the uniform U (b plus further
+        digits, in units of u) lies below the acceptance. In the cell of 0
+        only the offset 0 passes (always accepted there). Most of a cell's
+        proposals that the exact Bernoulli accepts pass: the rare path runs
+        for the rejected ones (~1%) and a few more (e^-a - 1 + a <= a^2 / 2).
     """
     sigma = float(sigma)
     two_var = 2.0 * sigma * sigma
@@ -351,20 +424,31 @@ def gaussian_cell_table(
     # The value 0 gets a cell of envelope L too, accepted when the offset is 0
     # (probability exactly 1 / L): alone, its share would be too small for the
     # alias table's digit quantisation on fine grids.
-    masses = np.concatenate([cells[::-1], [float(big_l)], cells])
-    total = math.fsum(masses) + 2.0 * tail_side
-    tail = 2.0 * tail_side / total
-    prob, alias = alias_table(masses)
-    if not _alias_error_bound(prob, alias, masses / total, 1.0 - tail) <= rtol:
+    # The value 0 gets an envelope of K = min(L, zero_envelope), accepted when
+    # the offset is below L / K (probability exactly 1 / K): alone, its share
+    # would be too small for the alias table's digit quantisation on fine
+    # grids; with all of L, its proposals (~1% of all) would be rejected
+    # (and drawn again) almost always. If K's share is too small for the
+    # bound, L (the largest share) is tried.
+    for envelope in dict.fromkeys([min(big_l, int(zero_envelope)), big_l]):
+        masses = np.concatenate([cells[::-1], [float(envelope)], cells])
+        total = math.fsum(masses) + 2.0 * tail_side
+        tail = 2.0 * tail_side / total
+        prob, alias = alias_table(masses)
+        if _alias_error_bound(prob, alias, masses / total, 1.0 - tail) <= rtol:
+            break
+    else:
         return None
     qd, frac = split_probability(tail)
     unit = 2.0 ** (53 - log_l)
-    worst = np.exp(-((big_l - 1.0) * (2.0 * m_first + big_l - 1.0)) / two_var)
-    # (1 - 1e-12): below the float exponential of every offset in the cell.
-    squeeze = np.floor(np.concatenate([[0.0], worst]) * unit * (1.0 - 1e-12)).astype(np.int64)
+    inv_two_var = 1.0 / two_var
+    slope = np.ceil(unit * (2.0 * m_first + (big_l - 1.0)) * inv_two_var * (1.0 + 1e-12))
+    slope *= big_l > 1  # cells of one value: the offset is 0, the acceptance 1
+    squeeze = np.concatenate([[2.0**52], slope]).astype(np.int64)
     constants = np.array([
         qd, frac, prob.shape[0] / (2.0**53 - qd), float(n_cells), float(big_l), float(53 - log_l),
-        float(m0), 1.0 / two_var, *t_const,
+        float(m0), inv_two_var, *t_const, float(math.floor(unit * (1.0 - 1e-12))),
+        float(big_l // envelope),
     ])
     return constants, prob, alias, squeeze
 
