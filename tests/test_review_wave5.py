@@ -294,3 +294,59 @@ def test_budget_refusals_after_several_spends_keep_the_exact_sum():
         warnings.simplefilter("error")
         mech.transform(_Y[:50])  # what is left (0.2) is still spendable
     assert mech.epsilon_spent_ == pytest.approx(0.9) == pytest.approx(acc.spent_epsilon)
+
+
+# -- staircase pieces at small epsilon; old-layout tables in a state ----------------------------
+
+
+@pytest.mark.parametrize("eps", [0.005, 0.01, 0.02])
+def test_small_epsilon_piece_tables_are_the_staircase_value_by_value(eps):
+    # test_staircase_steps checks every entry's weight at eps 0.3-5; at small eps
+    # (thousands of steps, most entries of other lengths or capped) the same check.
+    from skdp_label.mechanisms import Staircase
+    from skdp_label.mechanisms.classic._noise import (
+        alias_table_probabilities,
+        staircase_cell_table,
+        staircase_pmf,
+        staircase_tail,
+    )
+
+    mech = Staircase(eps, bounds=(0.0, 400.0)).fit([0.0])
+    lam, width, r = mech._staircase(mech.sensitivity_units_)
+    m0, tail, prob, alias, starts, sizes = staircase_cell_table(lam, width, r)
+    np.testing.assert_allclose(tail, 2 * staircase_tail(np.array([m0]), lam, width, r)[0],
+                               rtol=1e-12)
+    implied = alias_table_probabilities(prob, alias) * (1.0 - tail)
+    first = staircase_pmf(starts.astype(np.int64), lam, width, r)
+    last = staircase_pmf((starts + sizes - 1).astype(np.int64), lam, width, r)
+    np.testing.assert_array_equal(first, last)  # each entry inside one step
+    np.testing.assert_allclose(implied / sizes, first, rtol=1e-9, atol=0)
+    assert sizes.sum() == 2 * m0 - 1
+    order = np.argsort(starts)
+    np.testing.assert_array_equal(starts[order][1:], (starts + sizes)[order][:-1])
+
+
+@pytest.mark.parametrize("name", ["staircase", "gaussian"])
+def test_tables_of_another_layout_in_a_state_are_never_read(name):
+    # A pickle made by another version (its packed tables in another layout):
+    # simulated by packing garbage of the right shapes under the cache names.
+    kw = {"delta": 1e-6} if name == "gaussian" else {}
+    y = _Y[:20_000]  # the table path (from 10,000 labels)
+
+    def fit():
+        return make_mechanism(name, epsilon=0.01 if name == "staircase" else 1.0,
+                              bounds=(0.0, 10.0), random_state=5, **kw).fit(y)
+
+    used = fit()
+    expected = used.transform(y)
+    state = dict(used.__dict__)
+    cached = [k for k in used._PACKED_CACHES if k in state]
+    assert cached  # the release built its tables
+    for k in cached:
+        key, table, records = state[k]
+        state[k] = (key, table, None if records is None else np.zeros_like(records))
+    loaded = type(used).__new__(type(used))
+    loaded.__setstate__(state)
+    assert not any(k in vars(loaded) for k in cached)
+    np.testing.assert_array_equal(loaded.transform(y), expected)
+    assert not np.array_equal(expected, fit().set_params(random_state=6).transform(y))
