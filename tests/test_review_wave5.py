@@ -17,6 +17,7 @@ leaves the mechanism's counts exactly as they were.
 import copy
 import os
 import pickle
+import threading
 import warnings
 
 import numpy as np
@@ -350,3 +351,46 @@ def test_tables_of_another_layout_in_a_state_are_never_read(name):
     assert not any(k in vars(loaded) for k in cached)
     np.testing.assert_array_equal(loaded.transform(y), expected)
     assert not np.array_equal(expected, fit().set_params(random_state=6).transform(y))
+
+
+class _SlowRefusal(BudgetAccountant):
+    """Refuses a spend of 0.5 only after another thread has spent meanwhile."""
+
+    def __init__(self):
+        super().__init__()
+        self.entered, self.proceed = threading.Event(), threading.Event()
+
+    def spend(self, epsilon, *args, **kwargs):
+        if epsilon == 0.5:
+            self.entered.set()
+            assert self.proceed.wait(10)
+            raise BudgetExceededError("refused")
+        return super().spend(epsilon, *args, **kwargs)
+
+
+def test_a_refusal_does_not_erase_a_concurrent_spend():
+    # Counting before the ledger write opened a window as long as the spend
+    # (file lock, fsync): a refusal restoring the count it saw before would
+    # erase a spend another thread made on the same object meanwhile (the
+    # count below the ledger's: an under-count).
+    acc = _SlowRefusal()
+    mech = make_mechanism("laplace", epsilon=0.1, bounds=(0, 10), accountant=acc).fit(_Y[:50])
+    mech.transform(_Y[:50])
+    refused = []
+
+    def refuse():
+        try:
+            mech._charge(0.5, 0.0, n_labels=50, step="labels")
+        except BudgetExceededError:
+            refused.append(True)
+
+    worker = threading.Thread(target=refuse)
+    worker.start()
+    assert acc.entered.wait(10)
+    mech.transform(_Y[:50])  # another spend on the same object while the refusal is pending
+    acc.proceed.set()
+    worker.join(10)
+    assert refused == [True]
+    assert acc.spent_epsilon == pytest.approx(0.2)
+    assert mech.epsilon_spent_ == pytest.approx(acc.spent_epsilon)
+    assert len(mech.charges_) == 2

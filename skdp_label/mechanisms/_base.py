@@ -313,8 +313,9 @@ class BaseLabelMechanism(
         # Counted before the ledger is written: an interrupt (KeyboardInterrupt,
         # SystemExit) after the write would otherwise leave this object's count
         # below the ledger's. An interrupted spend may over-count, never under-count.
-        self.epsilon_spent_ = before.get("epsilon_spent_", 0.0) + epsilon
-        self.delta_spent_ = before.get("delta_spent_", 0.0) + delta
+        counted = {"epsilon_spent_": before.get("epsilon_spent_", 0.0) + epsilon,
+                   "delta_spent_": before.get("delta_spent_", 0.0) + delta}
+        vars(self).update(counted)
         if self.accountant is not None:
             owner = f"{context['estimator']}: " if "estimator" in context else ""
             try:
@@ -326,9 +327,14 @@ class BaseLabelMechanism(
                     details=details,
                 )
             except Exception:
-                # A refusal (budget, ledger, bad argument) records nothing.
-                for name in ("epsilon_spent_", "delta_spent_"):
-                    if name in before:
+                # A refusal (budget, ledger, bad argument) records nothing. The count
+                # is restored exactly, unless another thread counted a spend on this
+                # object meanwhile (the spend can wait on a file lock): then only this
+                # call's cost is taken back, never the other's.
+                for name, cost in (("epsilon_spent_", epsilon), ("delta_spent_", delta)):
+                    if vars(self).get(name) is not counted[name]:
+                        setattr(self, name, getattr(self, name, cost) - cost)
+                    elif name in before:
                         setattr(self, name, before[name])
                     else:
                         delattr(self, name)
