@@ -105,8 +105,8 @@ def _fit(cls=OptimalUnbiased, eps=1.0, seed=3):
 
 
 def test_a_matrix_set_after_fit_is_sampled_not_the_stale_tables():
-    other = _fit(eps=2.0).transition_matrix_
     used = _fit()
+    other = used.transition_matrix_[::-1, ::-1].copy()  # another two-level matrix, same shape
     before = used.transform(_Y)  # builds the interval tables of the eps = 1 matrix
     assert used._interval_tables() is not None
     used.transition_matrix_ = other.copy()
@@ -394,3 +394,27 @@ def test_a_refusal_does_not_erase_a_concurrent_spend():
     assert acc.spent_epsilon == pytest.approx(0.2)
     assert mech.epsilon_spent_ == pytest.approx(acc.spent_epsilon)
     assert len(mech.charges_) == 2
+
+
+# -- a matrix of another shape set after fit ----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["optimal-unbiased", "exponential", "rr-with-prior-regression"])
+@pytest.mark.parametrize("shape", ["wide", "short"])
+def test_a_matrix_of_another_shape_is_refused_before_anything_is_spent(name, shape):
+    # The kernels index the outputs (and rows) with the matrix's tables without
+    # bounds checks: a wider matrix set after fit released process memory as
+    # labels (values like 2.3e-321) or crashed the interpreter.
+    acc = BudgetAccountant()
+    y = (np.arange(20_000) % 11).astype(float)
+    mech = make_mechanism(name, epsilon=1.0, bounds=(0.0, 10.0), accountant=acc,
+                          random_state=0).fit(y)
+    matrix = mech.transition_matrix_
+    mech.transition_matrix_ = (np.hstack([matrix, matrix]) / 2 if shape == "wide"
+                               else matrix[:3])
+    spent = acc.spent_epsilon
+    with pytest.raises(ValueError, match=r"transition_matrix_ has shape"):
+        mech.transform(y)
+    assert acc.spent_epsilon == spent
+    mech.transition_matrix_ = matrix  # the fitted matrix samples again
+    assert np.isin(mech.transform(y), mech.output_values_).all()

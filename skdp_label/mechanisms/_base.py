@@ -500,11 +500,30 @@ class BaseDiscreteMechanism(BaseLabelMechanism):
 
     _PACKED_CACHES = ("_row_sampler",)
 
+    def _check_unchanged_since_fit(self):
+        super()._check_unchanged_since_fit()
+        if "transition_matrix_" in vars(self):  # before anything is charged
+            self._sampled_matrix()
+
+    def _sampled_matrix(self):
+        """``transition_matrix_``, checked against the inputs and outputs the
+        kernels index with it: a matrix of another shape (set after fit) would
+        make them read outside their arrays (memory into the release)."""
+        matrix = self.transition_matrix_
+        expected = (len(self.input_values_), len(self.output_values_))
+        if np.shape(matrix) != expected:
+            raise ValueError(
+                f"{type(self).__name__}: transition_matrix_ has shape {np.shape(matrix)}; "
+                f"it must be (len(input_values_), len(output_values_)) = {expected}. "
+                "Set it only to a matrix of the fitted inputs and outputs, or fit again."
+            )
+        return matrix
+
     def _categorical_tables(self):
         """Sampler tables of the (public) matrix, rebuilt whenever it changes."""
         from .._kernels._sampling import categorical_tables
 
-        matrix = self.transition_matrix_
+        matrix = self._sampled_matrix()
         cached = getattr(self, "_row_sampler", None)
         if cached is None or not (cached[0] is matrix or np.array_equal(cached[0], matrix)):
             cached = self._row_sampler = (matrix, categorical_tables(matrix))

@@ -116,7 +116,7 @@ class _UnbiasedRoundingMixin:
     def _interval_tables(self):
         """:func:`interval_tables` of the (public) matrix, or None; rebuilt
         whenever the matrix changes."""
-        matrix = self.transition_matrix_
+        matrix = self._sampled_matrix()
         cached = getattr(self, "_interval_sampler", None)
         if cached is None or not (cached[0] is matrix or np.array_equal(cached[0], matrix)):
             cached = self._interval_sampler = (matrix, interval_tables(matrix))
