@@ -183,3 +183,22 @@ def test_large_releases_keep_the_policy(name, monkeypatch):
     mech.set_params(out_of_bounds="clip")
     y = _large(7, 13.0)
     np.testing.assert_array_equal(mech.transform(y), mech.transform(np.clip(y, *BOUNDS)))
+
+
+@pytest.mark.parametrize("compile_here", [False, True])
+def test_a_cold_label_check_starts_no_compiler_of_its_own(monkeypatch, compile_here):
+    # A compiler process for the check competed with the release's own compilers
+    # for the cores (cold first fits up to 2x slower in wall time at 10**5 labels).
+    # Cold and below the size that compiles here: the two reductions, no compiler;
+    # from that size on the check's kernel runs (compiled here, like the sampler's).
+    import skdp_label._kernels._background as background
+    import skdp_label.mechanisms._validation as validation
+
+    monkeypatch.setattr(validation, "would_compile", lambda kernel: True)
+    monkeypatch.setattr(background, "compiles_here", lambda n: compile_here)
+    launched, counted = [], []
+    monkeypatch.setattr(background, "_launch", lambda *a: launched.append(a))
+    monkeypatch.setattr(validation, "count_outside", lambda *a: counted.append(a) or 0)
+    assert validation.labels_within(_large(), *BOUNDS) is compile_here
+    assert launched == []
+    assert len(counted) == int(compile_here)

@@ -174,6 +174,15 @@ def test_extreme_epsilon_on_tiny_grids(cls, eps, domain):
 # -- labels_within: the one-pass label check --------------------------------------------------
 
 
+@pytest.fixture
+def compiled_within():
+    # The one-pass check's kernel compiled here (on a cold cache, releases below
+    # the compile-here size take the two reductions: labels_within says False).
+    from skdp_label._kernels._sampling import count_outside
+
+    count_outside(np.zeros(1), 0.0, 1.0, False)
+
+
 def _labels(shape=(NUMPY_BELOW + 5,), order="C"):
     n = int(np.prod(shape))
     return np.asarray(np.resize([3.0, 6.0, 8.0, 2.0], n).reshape(shape), order=order)
@@ -181,7 +190,7 @@ def _labels(shape=(NUMPY_BELOW + 5,), order="C"):
 
 @pytest.mark.parametrize("bad", [np.nan, -np.inf, 10.000000000000002, -5e-324])
 @pytest.mark.parametrize("where", [(0, 0), (-1, 0), (0, 1), (-1, -1)])
-def test_f_ordered_two_column_labels_are_checked_everywhere(bad, where):
+def test_f_ordered_two_column_labels_are_checked_everywhere(bad, where, compiled_within):
     y = _labels((NUMPY_BELOW, 2), order="F")
     assert y.flags.f_contiguous and not y.flags.c_contiguous
     assert labels_within(y, 0.0, 10.0)
@@ -189,7 +198,7 @@ def test_f_ordered_two_column_labels_are_checked_everywhere(bad, where):
     assert not labels_within(y, 0.0, 10.0)
 
 
-def test_read_only_and_memory_mapped_labels(tmp_path):
+def test_read_only_and_memory_mapped_labels(tmp_path, compiled_within):
     y = _labels()
     y.setflags(write=False)
     assert labels_within(y, 0.0, 10.0)
@@ -203,7 +212,7 @@ def test_read_only_and_memory_mapped_labels(tmp_path):
     assert labels_within(np.memmap(path, dtype=np.float64, mode="r"), 0.0, 10.0)
 
 
-def test_signed_zero_subnormals_and_the_bounds_themselves():
+def test_signed_zero_subnormals_and_the_bounds_themselves(compiled_within):
     y = _labels()
     y[0], y[-1] = -0.0, 10.0  # -0.0 == 0.0: inside [0, 10]; the bound itself: inside
     assert labels_within(y, 0.0, 10.0)

@@ -523,8 +523,15 @@ class BaseDiscreteMechanism(BaseLabelMechanism):
         """Sampler tables of the (public) matrix, rebuilt whenever it changes."""
         from .._kernels._sampling import categorical_tables
 
+        return self._tables_of_matrix("_row_sampler", categorical_tables)
+
+    def _tables_of_matrix(self, attribute, build):
+        """``build(transition_matrix_)``, kept in ``attribute`` (one of
+        ``_PACKED_CACHES``) and rebuilt whenever the matrix changes (a refit,
+        or the attribute set by hand: never stale tables of another matrix)."""
         matrix = self._sampled_matrix()
-        cached = getattr(self, "_row_sampler", None)
+        cached = getattr(self, attribute, None)
         if cached is None or not (cached[0] is matrix or np.array_equal(cached[0], matrix)):
-            cached = self._row_sampler = (matrix, categorical_tables(matrix))
+            cached = (matrix, build(matrix))
+            setattr(self, attribute, cached)
         return cached[1]

@@ -116,11 +116,7 @@ class _UnbiasedRoundingMixin:
     def _interval_tables(self):
         """:func:`interval_tables` of the (public) matrix, or None; rebuilt
         whenever the matrix changes."""
-        matrix = self._sampled_matrix()
-        cached = getattr(self, "_interval_sampler", None)
-        if cached is None or not (cached[0] is matrix or np.array_equal(cached[0], matrix)):
-            cached = self._interval_sampler = (matrix, interval_tables(matrix))
-        return cached[1]
+        return self._tables_of_matrix("_interval_sampler", interval_tables)
 
 
 _GRID_DOC = """    domain : array-like, optional
