@@ -38,7 +38,9 @@ def _no_label_in(report):
 @pytest.mark.parametrize("name", mechanism_names("regression"))
 def test_every_regression_mechanism_reports_its_cost_and_no_label(name):
     kw = {"outputs": 4} if name == "mvu" else {}
-    mech = get_mechanism_class(name)(epsilon=1.5, bounds=(0, 10), **kw)
+    # Seeded: the noise figures of a noisy-prior fit vary run to run, and one in
+    # ~10**4 spelled a label by chance (bias-variance: worst_case_rms_error 7.65432...).
+    mech = get_mechanism_class(name)(epsilon=1.5, bounds=(0, 10), random_state=0, **kw)
     y = np.rint(LABELS) if "discrete" in name else LABELS
     mech.fit_transform(y)
     report = mech.privacy_report()

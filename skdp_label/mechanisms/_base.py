@@ -313,8 +313,9 @@ class BaseLabelMechanism(
         # Counted before the ledger is written: an interrupt (KeyboardInterrupt,
         # SystemExit) after the write would otherwise leave this object's count
         # below the ledger's. An interrupted spend may over-count, never under-count.
-        self.epsilon_spent_ = before.get("epsilon_spent_", 0.0) + epsilon
-        self.delta_spent_ = before.get("delta_spent_", 0.0) + delta
+        counted = {"epsilon_spent_": before.get("epsilon_spent_", 0.0) + epsilon,
+                   "delta_spent_": before.get("delta_spent_", 0.0) + delta}
+        vars(self).update(counted)
         if self.accountant is not None:
             owner = f"{context['estimator']}: " if "estimator" in context else ""
             try:
@@ -326,9 +327,14 @@ class BaseLabelMechanism(
                     details=details,
                 )
             except Exception:
-                # A refusal (budget, ledger, bad argument) records nothing.
-                for name in ("epsilon_spent_", "delta_spent_"):
-                    if name in before:
+                # A refusal (budget, ledger, bad argument) records nothing. The count
+                # is restored exactly, unless another thread counted a spend on this
+                # object meanwhile (the spend can wait on a file lock): then only this
+                # call's cost is taken back, never the other's.
+                for name, cost in (("epsilon_spent_", epsilon), ("delta_spent_", delta)):
+                    if vars(self).get(name) is not counted[name]:
+                        setattr(self, name, getattr(self, name, cost) - cost)
+                    elif name in before:
                         setattr(self, name, before[name])
                     else:
                         delattr(self, name)
@@ -494,6 +500,25 @@ class BaseDiscreteMechanism(BaseLabelMechanism):
 
     _PACKED_CACHES = ("_row_sampler",)
 
+    def _check_unchanged_since_fit(self):
+        super()._check_unchanged_since_fit()
+        if "transition_matrix_" in vars(self):  # before anything is charged
+            self._sampled_matrix()
+
+    def _sampled_matrix(self):
+        """``transition_matrix_``, checked against the inputs and outputs the
+        kernels index with it: a matrix of another shape (set after fit) would
+        make them read outside their arrays (memory into the release)."""
+        matrix = self.transition_matrix_
+        expected = (len(self.input_values_), len(self.output_values_))
+        if np.shape(matrix) != expected:
+            raise ValueError(
+                f"{type(self).__name__}: transition_matrix_ has shape {np.shape(matrix)}; "
+                f"it must be (len(input_values_), len(output_values_)) = {expected}. "
+                "Set it only to a matrix of the fitted inputs and outputs, or fit again."
+            )
+        return matrix
+
     def _categorical_tables(self):
         """Sampler tables of the (public) matrix, rebuilt whenever it changes."""
         from .._kernels._sampling import categorical_tables
@@ -504,7 +529,7 @@ class BaseDiscreteMechanism(BaseLabelMechanism):
         """``build(transition_matrix_)``, kept in ``attribute`` (one of
         ``_PACKED_CACHES``) and rebuilt whenever the matrix changes (a refit,
         or the attribute set by hand: never stale tables of another matrix)."""
-        matrix = self.transition_matrix_
+        matrix = self._sampled_matrix()
         cached = getattr(self, attribute, None)
         if cached is None or not (cached[0] is matrix or np.array_equal(cached[0], matrix)):
             cached = (matrix, build(matrix))
