@@ -1,0 +1,246 @@
+"""What is sampled is epsilon-DP for the epsilon charged (docs/sampling.md, first section).
+
+Non-exact samplers (per-row alias tables, interval tables, the additive noise's
+alias tables) draw each output within 1 +- SAMPLER_RTOL of the law; laws are
+built at ``law_epsilon(epsilon)`` = epsilon - SAMPLER_SLACK so that the law the
+tables *actually* sample costs at most the epsilon charged. These tests rebuild
+that sampled law from the tables (with the tables' own error bounds: digit
+quantisation, counting and float rounding) and check, in exact rational
+arithmetic against a 300-bit lower bound of e^epsilon, that every ratio of two
+rows' probabilities of an output is at most e^epsilon. With the slack set to 0
+(main's laws, built at epsilon and tight) the same checks fail.
+"""
+
+import math
+import os
+import sys
+import warnings
+from fractions import Fraction
+
+import mpmath
+import numpy as np
+import pytest
+
+from skdp_label._kernels import _sampling as S
+from skdp_label._kernels._interval import interval_law
+from skdp_label.mechanisms import (
+    ERM,
+    MVU,
+    OPTM,
+    RQM,
+    AutoRegression,
+    BiasVarianceRandomizer,
+    DiscreteLaplace,
+    DiscreteStaircase,
+    ExponentialMechanism,
+    OptimalUnbiased,
+    RandomizedQuantization,
+    RRWithPriorRegression,
+)
+from skdp_label.mechanisms import _validation
+from skdp_label.mechanisms._validation import SAMPLER_RTOL, SAMPLER_SLACK, law_epsilon
+from skdp_label.mechanisms.classic._noise import alias_table_probabilities, staircase_alias_table
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _audit import max_log_ratio  # noqa: E402
+from test_fast_samplers import implied_matrix  # noqa: E402
+
+_DIGIT = 2.0**53
+_ULP = 2.0**-52
+
+
+def exp_lower(epsilon):
+    """A rational lower bound of e^epsilon (300-bit exp, less a margin of its error)."""
+    with mpmath.workprec(300):
+        man, exp = mpmath.exp(mpmath.mpf(float(epsilon))).man_exp
+    return Fraction(int(man)) * Fraction(2) ** int(exp) * (1 - Fraction(1, 2**280))
+
+
+def worst_ratio(upper, lower):
+    """max over columns of max_i upper[i, j] / min_i lower[i, j], exactly
+    (Fractions of the floats): the sampled law's worst likelihood ratio when
+    each entry lies in [lower, upper]. A column positive in some rows and 0
+    in others is an infinite ratio."""
+    worst = Fraction(0)
+    for j in range(upper.shape[1]):
+        hi, lo = upper[:, j].max(), lower[:, j].min()
+        if hi == 0.0:
+            continue
+        if not lo > 0.0:
+            return math.inf
+        worst = max(worst, Fraction(float(hi)) / Fraction(float(lo)))
+    return worst
+
+
+def bracket(law, absolute):
+    """(upper, lower) floats enclosing ``law +- absolute`` (rounded outwards)."""
+    up = np.nextafter(law + absolute, np.inf)
+    lo = np.nextafter(np.maximum(law - absolute, 0.0), -np.inf)
+    return up, np.where(law > 0, lo, 0.0)
+
+
+def alias_sampled_law(tables, n_out):
+    """(upper, lower) of the law per-row alias tables sample: ``implied_matrix``
+    (cells and exact tail), plus each bulk entry's digit quantisation
+    4 (1 + n_j) / 2**53 (n_j cells alias it), the tail's groups'
+    (G (n + 3) + 4 n) 2**-53 relative and the float rounding of the sum."""
+    law = implied_matrix(tables, n_out)
+    split = tables[0]
+    _, cell_keep, cell_alias = S.unpack_cells(tables[1])
+    cell_prob = S.unpack_cells(tables[1])[0]
+    absolute = np.zeros_like(law)
+    for i in range(law.shape[0]):
+        k = int(split[i, 3]) + 1
+        aliased = np.bincount(cell_alias[i, :k][cell_prob[i, :k] < 1.0], minlength=n_out)
+        kept = np.bincount(cell_keep[i, :k], minlength=n_out)
+        in_bulk = (aliased + kept) > 0
+        absolute[i] = np.where(in_bulk, 4.0 * (1.0 + aliased) / _DIGIT, 0.0)
+    groups = 64  # at most as many exponent groups as float exponents used: far above any row's
+    absolute += law * ((groups * (n_out + 3) + 4 * n_out) / _DIGIT + 64 * _ULP)
+    return bracket(law, absolute)
+
+
+def interval_sampled_law(tables):
+    law, bound = interval_law(tables)
+    return bracket(law, bound + law * 64 * _ULP)
+
+
+def assert_sampled_epsilon_dp(upper, lower, epsilon):
+    ratio = worst_ratio(upper, lower)
+    assert ratio <= exp_lower(epsilon), (
+        f"the sampled law's loss {math.log(ratio):.17g} exceeds epsilon {epsilon!r} by "
+        f"{math.log(ratio) - epsilon:.3g}")
+
+
+# -- the discrete matrix mechanisms, each sampled through its own tables ----------------
+def _fit(mech, y):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return mech.fit(np.asarray(y, dtype=np.float64))
+
+
+_PRIOR = (np.arange(0.0, 21.0), np.r_[np.full(6, 5.0), np.ones(15)] / 45.0)
+
+MATRIX_CASES = {
+    "exponential": lambda eps: ExponentialMechanism(eps, bounds=(0, 20), resolution=1.0),
+    "exponential-standard": lambda eps: ExponentialMechanism(
+        eps, bounds=(0, 20), resolution=1.0, calibration="standard"),
+    "unbiased": lambda eps: OptimalUnbiased(eps, prior=_PRIOR),
+    "unbiased-grid": lambda eps: OptimalUnbiased(eps, bounds=(0, 10), grid_size=11, prior_epsilon=0.1 * eps),
+    "bias-variance": lambda eps: BiasVarianceRandomizer(eps, prior=_PRIOR, bias_weight=10.0),
+    "rr-with-prior-regression": lambda eps: RRWithPriorRegression(eps, prior=_PRIOR),
+    "auto": lambda eps: AutoRegression(eps, prior=_PRIOR, candidates=["unbiased"]),
+}
+
+QUANTIZATION_CASES = {
+    "quantization": lambda eps: RandomizedQuantization(eps, bounds=(0, 1)),
+    "rqm": lambda eps: RQM(eps, bounds=(0, 1), bins=4),
+    "erm": lambda eps: ERM(eps, bounds=(0, 1), bins=4),
+    "optm": lambda eps: OPTM(eps, bounds=(0, 1), bins=4),
+    "mvu": lambda eps: MVU(eps, bounds=(0, 1), outputs=4),
+}
+
+
+def matrix_sampled_law(mech):
+    """(upper, lower, law): the law a fitted matrix mechanism's tables sample."""
+    if hasattr(mech, "_tables"):  # quantization: the pieces' end rows are what is sampled
+        rows = mech._rows
+        return (*alias_sampled_law(mech._tables(), rows.shape[1]), rows)
+    matrix = np.asarray(mech.transition_matrix_)
+    owner = getattr(mech, "selected_mechanism_", mech)
+    interval = owner._interval_tables() if hasattr(owner, "_interval_tables") else None
+    if interval is not None:
+        return (*interval_sampled_law(interval), matrix)
+    return (*alias_sampled_law(owner._categorical_tables(), matrix.shape[1]), matrix)
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 2.0])
+@pytest.mark.parametrize("name", sorted(MATRIX_CASES) + sorted(QUANTIZATION_CASES))
+def test_matrix_mechanisms_sample_an_epsilon_dp_law(name, epsilon):
+    build = {**MATRIX_CASES, **QUANTIZATION_CASES}[name]
+    mech = _fit(build(epsilon), [1.0] if name not in QUANTIZATION_CASES else [0.5])
+    upper, lower, law = matrix_sampled_law(mech)
+    assert_sampled_epsilon_dp(upper, lower, epsilon)
+    # The law itself is built at law_epsilon (auto: its candidate's), to the fit's float
+    # rounding (1e-12 relative: far below the slack, 4e-9 of epsilon here).
+    assert max_log_ratio(law) <= law_epsilon(epsilon) * (1 + 1e-12)
+
+
+def test_the_sampled_law_fails_when_built_at_epsilon(monkeypatch):
+    # Mutation: main's laws (slack 0) are tight at epsilon, and the tables'
+    # rounding takes the sampled law past it. The discrete staircase and the
+    # unbiased family are exactly tight (ratios e^epsilon).
+    monkeypatch.setattr(_validation, "SAMPLER_SLACK", 0.0)
+    mech = _fit(MATRIX_CASES["unbiased"](2.0), [1.0])
+    upper, lower, _ = matrix_sampled_law(mech)
+    with pytest.raises(AssertionError, match="exceeds epsilon"):
+        assert_sampled_epsilon_dp(upper, lower, 2.0)
+
+
+# -- additive noise: the alias table of the bulk, shifted by the sensitivity ------------
+def additive_bulk_law(lam, width, r):
+    """(upper, lower) of the pmf the fast path's alias table samples on the bulk
+    ``-(m0 - 1), ..., m0 - 1`` (digit quantisation and float rounding included)."""
+    m0, tail, prob, alias = staircase_alias_table(lam, width, r)
+    implied = alias_table_probabilities(prob, alias) * (1.0 - tail)
+    aliased = np.bincount(alias[prob < 1.0], minlength=prob.shape[0])
+    return bracket(implied, 4.0 * (1.0 + aliased) / _DIGIT + implied * 64 * _ULP)
+
+
+def shift_ratio(upper, lower, shift):
+    """Worst p(z) / p(z + d) over the bulk, |d| <= shift (neighbouring labels)."""
+    worst = Fraction(0)
+    for d in range(1, shift + 1):
+        for a, b in ((upper[:-d], lower[d:]), (upper[d:], lower[:-d])):
+            j = int(np.argmax(a / b))
+            worst = max(worst, Fraction(float(a[j])) / Fraction(float(b[j])))
+    return worst
+
+
+ADDITIVE_CASES = {
+    "discrete-laplace": lambda eps: DiscreteLaplace(eps, bounds=(0, 3)),
+    "discrete-staircase": lambda eps: DiscreteStaircase(eps, bounds=(0, 4)),
+}
+
+
+def _additive_ratio(mech):
+    lam, width, r = mech._staircase(mech.sensitivity_units_)
+    upper, lower = additive_bulk_law(lam, width, r)
+    # A float ratio can pick a near-worst pair; check the exact worst of each shift.
+    return shift_ratio(upper, lower, mech.sensitivity_units_)
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 2.0])
+@pytest.mark.parametrize("name", sorted(ADDITIVE_CASES))
+def test_additive_noise_tables_are_epsilon_dp(name, epsilon):
+    mech = _fit(ADDITIVE_CASES[name](epsilon), [1.0])
+    ratio = _additive_ratio(mech)
+    assert ratio <= exp_lower(epsilon), f"loss {math.log(ratio) - epsilon:.3g} over epsilon"
+    # The clipped mechanism's exact matrix is built at law_epsilon.
+    assert max_log_ratio(mech.transition_matrix_) <= law_epsilon(epsilon) * (1 + 1e-12)
+
+
+def test_additive_tables_fail_when_built_at_epsilon(monkeypatch):
+    monkeypatch.setattr(_validation, "SAMPLER_SLACK", 0.0)
+    mech = _fit(ADDITIVE_CASES["discrete-laplace"](2.0), [1.0])
+    assert _additive_ratio(mech) > exp_lower(2.0)
+
+
+# -- the slack and its floor ------------------------------------------------------------
+def test_slack_covers_the_samplers_relative_error():
+    eta = mpmath.mpf(SAMPLER_RTOL)
+    with mpmath.workprec(200):
+        assert mpmath.log((1 + eta) / (1 - eta)) < mpmath.mpf(SAMPLER_SLACK) - mpmath.mpf(5e-11)
+    # The kernels check their tables against the same eta (never a looser one).
+    from skdp_label._kernels import _interval
+
+    assert S._ALIAS_RTOL <= SAMPLER_RTOL and _interval._RTOL <= SAMPLER_RTOL
+
+
+def test_law_epsilon_refuses_a_share_too_small():
+    assert law_epsilon(1.0) == 1.0 - SAMPLER_SLACK
+    assert law_epsilon(1.0, draws=2) == 1.0 - 2 * SAMPLER_SLACK
+    assert _validation.SAMPLER_SLACK <= 0.021 * _validation.MIN_EPSILON
+    for tiny in (0.0, 1e-9, _validation.MIN_SHARE_EPSILON * (1 - 1e-12), -1.0, math.nan):
+        with pytest.raises(ValueError, match="smallest budget a sampled law"):
+            law_epsilon(tiny, what="the prior's epsilon")
