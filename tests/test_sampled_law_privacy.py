@@ -37,7 +37,7 @@ from skdp_label.mechanisms import (
     RandomizedQuantization,
     RRWithPriorRegression,
 )
-from skdp_label.mechanisms import _validation
+from skdp_label.mechanisms import _prior, _validation
 from skdp_label.mechanisms._validation import SAMPLER_RTOL, SAMPLER_SLACK, law_epsilon
 from skdp_label.mechanisms.classic._noise import alias_table_probabilities, staircase_alias_table
 
@@ -244,3 +244,82 @@ def test_law_epsilon_refuses_a_share_too_small():
     for tiny in (0.0, 1e-9, _validation.MIN_SHARE_EPSILON * (1 - 1e-12), -1.0, math.nan):
         with pytest.raises(ValueError, match="smallest budget a sampled law"):
             law_epsilon(tiny, what="the prior's epsilon")
+
+
+# -- every component that builds a law from a share of epsilon -------------------------
+def test_noisy_histogram_noise_is_built_two_slacks_below_its_epsilon():
+    # A changed label moves two counts: each count's rate is (epsilon - 2 tau) / 2.
+    counts = np.array([5.0, 0.0, 12.0, 3.0])
+    got = _prior.noisy_histogram_from_counts(counts, 0.3, np.random.default_rng(1))
+    noise = S.staircase_noise(np.random.default_rng(1), (0.3 - 2 * SAMPLER_SLACK) / 2, 1, 1, size=4)
+    noisy = _prior.norm_sub(counts + noise)
+    np.testing.assert_array_equal(got, noisy / noisy.sum())
+
+
+def test_gaussian_law_is_built_below_epsilon_and_delta():
+    from skdp_label.mechanisms import Gaussian
+    from skdp_label.mechanisms.classic._noise import gaussian_sigma
+
+    mech = _fit(Gaussian(1.0, delta=1e-5, bounds=(0.0, 1.0)), [0.5])
+    expected = gaussian_sigma(law_epsilon(1.0), 1e-5 * (1 - SAMPLER_RTOL), float(mech.sensitivity_units_))
+    assert mech.sigma_units_ == expected
+    assert mech.sigma_units_ > gaussian_sigma(1.0, 1e-5, float(mech.sensitivity_units_))
+
+
+def test_exact_samplers_keep_epsilon_and_the_others_take_the_slack():
+    from skdp_label.mechanisms import (
+        DebiasedRR,
+        Laplace,
+        RandomizedResponse,
+        RPWithPrior,
+        RROnBins,
+        RRTopK,
+        RRWithPrior,
+    )
+
+    for mech in (RandomizedResponse(1.0, classes=[0, 1]), RRTopK(1.0, classes=[0, 1, 2], k=2),
+                 RRWithPrior(1.0, classes=[0, 1]), DebiasedRR(1.0, bounds=(0, 2)),
+                 RROnBins(1.0, prior=_PRIOR), RPWithPrior(1.0, prior=_PRIOR)):
+        assert mech._law_epsilon() == 1.0, type(mech).__name__
+    for mech in (Laplace(1.0, bounds=(0, 1)), ExponentialMechanism(1.0, bounds=(0, 1)),
+                 OptimalUnbiased(1.0, prior=_PRIOR), RQM(1.0, bounds=(0, 1))):
+        assert mech._law_epsilon() == 1.0 - SAMPLER_SLACK, type(mech).__name__
+    # RR-on-Bins' exact sampler: its matrix is tight at the epsilon charged.
+    assert max_log_ratio(_fit(RROnBins(1.0, prior=_PRIOR), [1.0]).transition_matrix_) > 1.0 - 1e-12
+
+
+def test_a_rule_share_too_small_for_a_law_is_not_spent():
+    from skdp_label.mechanisms._validation import MIN_SHARE_EPSILON
+
+    def tiny(epsilon, n, size):
+        return MIN_SHARE_EPSILON / 2
+
+    assert _prior.split_epsilon(1.0, "auto", 100, 10, tiny) == (0.0, 1.0)
+    # The rule may not leave the labels less than the floor either: the uniform prior.
+    assert _prior.split_epsilon(1e-7, "auto", 100, 10, lambda e, n, s: e - 1e-8) == (0.0, 1e-7)
+
+
+def test_a_labels_share_too_small_for_a_law_is_refused_before_spending():
+    from skdp_label import BudgetAccountant
+
+    acc = BudgetAccountant()
+    with pytest.raises(ValueError, match="labels' share of epsilon"):
+        OptimalUnbiased(1.0, bounds=(0, 10), grid_size=11, prior_epsilon=1.0 - 2e-8,
+                        accountant=acc).fit(np.linspace(0, 10, 50))
+    acc = BudgetAccountant()
+    with pytest.raises(ValueError, match="mean_epsilon must be in"):
+        AutoRegression(1.0, bounds=(0, 1), mean_epsilon=1.0 - 2e-8, accountant=acc).fit(
+            np.linspace(0, 1, 50))
+    assert acc.spent_epsilon == 0.0
+
+
+def test_the_smallest_epsilon_splits_into_shares_a_law_can_be_built_at():
+    from skdp_label import BudgetAccountant
+    from skdp_label.mechanisms._validation import MIN_EPSILON, MIN_SHARE_EPSILON
+
+    acc = BudgetAccountant()
+    mech = AutoRegression(MIN_EPSILON, bounds=(0, 1), mean_epsilon="auto", accountant=acc)
+    mech.fit_transform(np.linspace(0, 1, 400))
+    shares = [e["epsilon"] for e in mech.charges_]
+    assert all(s >= MIN_SHARE_EPSILON for s in shares)
+    assert acc.spent_epsilon == pytest.approx(MIN_EPSILON, rel=1e-12)
