@@ -166,12 +166,14 @@ def test_matrix_mechanisms_sample_an_epsilon_dp_law(name, epsilon):
     assert max_log_ratio(law) <= law_epsilon(epsilon) * (1 + 1e-12)
 
 
-def test_the_sampled_law_fails_when_built_at_epsilon(monkeypatch):
-    # Mutation: main's laws (slack 0) are tight at epsilon, and the tables'
-    # rounding takes the sampled law past it. The discrete staircase and the
-    # unbiased family are exactly tight (ratios e^epsilon).
+@pytest.mark.parametrize("name", ["unbiased", "exponential", "rr-with-prior-regression", "rqm"])
+def test_the_sampled_law_fails_when_built_at_epsilon(name, monkeypatch):
+    # Mutation: main's laws (slack 0) are tight at epsilon (ratios e^epsilon), and
+    # the tables' rounding takes the sampled law past it: interval tables
+    # (unbiased), per-row alias tables, the quantization's end rows.
     monkeypatch.setattr(_validation, "SAMPLER_SLACK", 0.0)
-    mech = _fit(MATRIX_CASES["unbiased"](2.0), [1.0])
+    build = {**MATRIX_CASES, **QUANTIZATION_CASES}[name]
+    mech = _fit(build(2.0), [0.5] if name in QUANTIZATION_CASES else [1.0])
     upper, lower, _ = matrix_sampled_law(mech)
     with pytest.raises(AssertionError, match="exceeds epsilon"):
         assert_sampled_epsilon_dp(upper, lower, 2.0)
