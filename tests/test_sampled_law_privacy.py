@@ -325,3 +325,15 @@ def test_the_smallest_epsilon_splits_into_shares_a_law_can_be_built_at():
     shares = [e["epsilon"] for e in mech.charges_]
     assert all(s >= MIN_SHARE_EPSILON for s in shares)
     assert acc.spent_epsilon == pytest.approx(MIN_EPSILON, rel=1e-12)
+
+
+def test_the_classifiers_prior_rules_never_pick_a_share_too_small_for_a_law():
+    from skdp_label.estimators._cluster_prior import cluster_prior_epsilon
+    from skdp_label.estimators._noise_aware import class_prior_epsilon
+    from skdp_label.mechanisms._validation import MIN_EPSILON, MIN_SHARE_EPSILON
+
+    huge = 10**18  # sqrt(K / n) far below the floor: the floor, still at most half of epsilon
+    assert class_prior_epsilon(MIN_EPSILON, huge, 3) == MIN_SHARE_EPSILON
+    assert cluster_prior_epsilon(MIN_EPSILON, huge, 4, 3) == MIN_SHARE_EPSILON
+    assert law_epsilon(class_prior_epsilon(MIN_EPSILON, huge, 3), draws=2) > 0
+    assert class_prior_epsilon(1.0, 100, 4) == 0.2  # unchanged where it matters
