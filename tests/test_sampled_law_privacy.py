@@ -237,6 +237,13 @@ def test_slack_covers_the_samplers_relative_error():
     from skdp_label._kernels import _interval
 
     assert S._ALIAS_RTOL <= SAMPLER_RTOL and _interval._RTOL <= SAMPLER_RTOL
+    import inspect
+
+    from skdp_label.mechanisms.classic import _noise
+
+    for table in (_noise.staircase_alias_table, _noise.laplace_cell_table,
+                  _noise.staircase_cell_table, _noise.gaussian_cell_table):
+        assert inspect.signature(table).parameters["rtol"].default <= SAMPLER_RTOL
 
 
 def test_law_epsilon_refuses_a_share_too_small():
