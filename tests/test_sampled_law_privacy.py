@@ -222,6 +222,55 @@ def test_additive_noise_tables_are_epsilon_dp(name, epsilon):
     assert max_log_ratio(mech.transition_matrix_) <= law_epsilon(epsilon) * (1 + 1e-12)
 
 
+def exp_upper(x):
+    """A rational upper bound of e^x for a rational x (300-bit exp, plus a margin)."""
+    with mpmath.workprec(300):
+        man, exp = mpmath.exp(mpmath.mpf(x.numerator) / x.denominator).man_exp
+    return Fraction(int(man)) * Fraction(2) ** int(exp) * (1 + Fraction(1, 2**280))
+
+
+def laplace_cells_ratio(mech):
+    """Bound of the continuous Laplace's sampled p(z) / p(z + d), |d| <= the
+    sensitivity, on its table of cells: the offset inside a cell is exact
+    (rejection), so a value's sampled probability is its law's times its
+    cell's rho = sampled cell mass / law cell mass; the law's ratio is at
+    most e^(lam s), the cells' at most max rho / min rho."""
+    from skdp_label.mechanisms.classic._noise import _p_zero, laplace_cell_table
+
+    lam, _, _ = mech._staircase(mech.sensitivity_units_)
+    _, tail, prob, alias, cell, _ = laplace_cell_table(lam)
+    assert cell > 1  # a table of cells, not of values
+    # The law's cell masses, as the builder forms them (a few ulps of their own).
+    n_cells = (prob.shape[0] - 1) // 2
+    p0 = _p_zero(lam, 1, 1)
+    first = p0 * math.exp(-lam) * math.expm1(-lam * cell) / math.expm1(-lam)
+    cells = first * np.exp(-lam * cell * np.arange(n_cells, dtype=np.float64))
+    masses = np.concatenate([cells[::-1], [p0], cells])
+    implied = alias_table_probabilities(prob, alias) * (1.0 - tail)
+    aliased = np.bincount(alias[prob < 1.0], minlength=prob.shape[0])
+    upper, lower = bracket(implied, 4.0 * (1.0 + aliased) / _DIGIT + implied * 64 * _ULP)
+    rho_up = upper / masses * (1 + 64 * _ULP)
+    rho_lo = lower / masses * (1 - 64 * _ULP)
+    spread = Fraction(float(rho_up.max())) / Fraction(float(rho_lo.min()))
+    return exp_upper(Fraction(lam) * mech.sensitivity_units_) * spread
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 2.0])
+def test_laplace_cell_table_is_epsilon_dp(epsilon):
+    from skdp_label.mechanisms import Laplace
+
+    mech = _fit(Laplace(epsilon, bounds=(0.0, 400.0)), [1.0])
+    assert laplace_cells_ratio(mech) <= exp_lower(epsilon)
+
+
+def test_laplace_cell_table_fails_when_built_at_epsilon(monkeypatch):
+    from skdp_label.mechanisms import Laplace
+
+    monkeypatch.setattr(_validation, "SAMPLER_SLACK", 0.0)
+    mech = _fit(Laplace(2.0, bounds=(0.0, 400.0)), [1.0])
+    assert laplace_cells_ratio(mech) > exp_lower(2.0)
+
+
 def test_additive_tables_fail_when_built_at_epsilon(monkeypatch):
     monkeypatch.setattr(_validation, "SAMPLER_SLACK", 0.0)
     mech = _fit(ADDITIVE_CASES["discrete-laplace"](2.0), [1.0])
