@@ -9,6 +9,12 @@ quantisation, counting and float rounding) and check, in exact rational
 arithmetic against a 300-bit lower bound of e^epsilon, that every ratio of two
 rows' probabilities of an output is at most e^epsilon. With the slack set to 0
 (main's laws, built at epsilon and tight) the same checks fail.
+
+Rebuilt here: per-row alias tables (matrix mechanisms), interval tables
+(two-level matrices), the quantization family's end rows, the discrete
+additive noise's bulk alias table and the continuous Laplace's cells. Not
+rebuilt (covered by the 1 +- SAMPLER_RTOL bound their builders check): the
+continuous Staircase's pieces, the Gaussian's envelope, the geometric tails.
 """
 
 import math
