@@ -485,9 +485,8 @@ def test_rr_with_prior_regression_is_the_classification_mechanism(eps):
     values = np.arange(0.0, 52.0)
     probs = rng.dirichlet(np.full(52, 0.3))
     mech = RRWithPriorRegression(eps, prior=(values, probs)).fit([0.0])
-    # Sampled by the matrix's alias tables, its law is built at law_epsilon (less the
-    # samplers' slack); the classification mechanism's sampler is exact, at epsilon.
-    clf = RRWithPrior(law_epsilon(eps), classes=values, prior=probs).fit([0.0])
+    # Both laws are built at law_epsilon (less the samplers' slack).
+    clf = RRWithPrior(eps, classes=values, prior=probs).fit([0.0])
     assert mech.k_ == clf.k_
     np.testing.assert_array_equal(mech.output_values_, clf.top_k_)
     np.testing.assert_array_equal(

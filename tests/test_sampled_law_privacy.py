@@ -330,7 +330,8 @@ def test_gaussian_law_is_built_below_epsilon_and_delta():
     assert mech.sigma_units_ > gaussian_sigma(1.0, 1e-5, float(mech.sensitivity_units_))
 
 
-def test_exact_samplers_keep_epsilon_and_the_others_take_the_slack():
+def test_every_sampler_takes_the_slack():
+    # Exact samplers too: their law's parameter is a rounded float (below).
     from skdp_label.mechanisms import (
         DebiasedRR,
         Laplace,
@@ -343,13 +344,37 @@ def test_exact_samplers_keep_epsilon_and_the_others_take_the_slack():
 
     for mech in (RandomizedResponse(1.0, classes=[0, 1]), RRTopK(1.0, classes=[0, 1, 2], k=2),
                  RRWithPrior(1.0, classes=[0, 1]), DebiasedRR(1.0, bounds=(0, 2)),
-                 RROnBins(1.0, prior=_PRIOR), RPWithPrior(1.0, prior=_PRIOR)):
-        assert mech._law_epsilon() == 1.0, type(mech).__name__
-    for mech in (Laplace(1.0, bounds=(0, 1)), ExponentialMechanism(1.0, bounds=(0, 1)),
+                 RROnBins(1.0, prior=_PRIOR), RPWithPrior(1.0, prior=_PRIOR),
+                 Laplace(1.0, bounds=(0, 1)), ExponentialMechanism(1.0, bounds=(0, 1)),
                  OptimalUnbiased(1.0, prior=_PRIOR), RQM(1.0, bounds=(0, 1))):
         assert mech._law_epsilon() == 1.0 - SAMPLER_SLACK, type(mech).__name__
-    # RR-on-Bins' exact sampler: its matrix is tight at the epsilon charged.
-    assert max_log_ratio(_fit(RROnBins(1.0, prior=_PRIOR), [1.0]).transition_matrix_) > 1.0 - 1e-12
+    # RR-on-Bins' matrix is tight at its law's epsilon, below the epsilon charged.
+    loss = max_log_ratio(_fit(RROnBins(1.0, prior=_PRIOR), [1.0]).transition_matrix_)
+    assert law_epsilon(1.0) - 1e-12 < loss <= law_epsilon(1.0) + 1e-15
+
+
+def _rr_excess(k, epsilon, built_at):
+    """Exact ratio of k-ary RR's sampled law (an exact Bernoulli of the float
+    flip probability p, then exactly uniform among the k - 1 others) over
+    e^epsilon: P(keep) (k - 1) / p against a lower bound of e^epsilon."""
+    p = Fraction(S.rr_flip_probability(k, built_at))
+    ratio = max((1 - p) * (k - 1) / p, p / ((1 - p) * (k - 1)))
+    return ratio / exp_lower(epsilon)
+
+
+_RR_CASES = [(k, eps) for k in (2, 3, 10, 100, 1000, 10**5)
+             for eps in (1e-7, 1e-3, 0.1, 0.7, 1.0, 3.0, 8.0, 15.0, 22.0, 30.0)]
+
+
+def test_randomized_response_samples_at_most_the_epsilon_charged():
+    # The flip probability p = (k-1) e^-eps / (1 + (k-1) e^-eps) is a float: built
+    # at epsilon itself its exact Bernoulli's law can cost a few ulps more than
+    # epsilon; built at law_epsilon(epsilon) it never does.
+    for k, eps in _RR_CASES:
+        assert _rr_excess(k, eps, law_epsilon(eps)) <= 1, (k, eps)
+    # Mutation: without the slack (the law at epsilon) some cases exceed.
+    over = [(k, eps) for k, eps in _RR_CASES if _rr_excess(k, eps, eps) > 1]
+    assert over, "no case where the rounded flip probability costs more than epsilon"
 
 
 def test_a_rule_share_too_small_for_a_law_is_not_spent():

@@ -206,19 +206,14 @@ class BaseLabelMechanism(
         count, for fits that only see a placeholder (keyed releases)."""
         return {}
 
-    #: Whether the sampler draws every output with exactly its law's probability
-    #: (exact Bernoullis and exactly uniform indices only: k-ary randomized response,
-    #: RR-Top-k, ...). Its law is built at the epsilon charged; any other (tables within
-    #: 1 +- SAMPLER_RTOL of the law) at :func:`law_epsilon` of it (docs/sampling.md).
-    _exact_sampler = False
-
     def _law_epsilon(self, epsilon=None):
         """The epsilon this mechanism's law is built at, for a charged ``epsilon``
-        (default: ``self.epsilon``): itself for an exact sampler, else less the
-        samplers' slack, so that what is sampled costs at most what is charged."""
+        (default: ``self.epsilon``): less the samplers' slack, so that what is
+        sampled costs at most what is charged. Every sampler takes it: the
+        tables' draws are within 1 +- SAMPLER_RTOL of the law, and even an exact
+        Bernoulli draws a law whose parameter (randomized response's flip
+        probability, from a rounded e^-epsilon) is a rounded float."""
         epsilon = float(self.epsilon) if epsilon is None else float(epsilon)
-        if self._exact_sampler:
-            return epsilon
         return law_epsilon(epsilon, what=f"{type(self).__name__}: the labels' epsilon")
 
     def _release_cost(self):
