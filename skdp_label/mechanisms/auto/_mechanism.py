@@ -416,8 +416,7 @@ class AutoRegression(BasePriorMechanism):
 
     def _law_epsilon(self, epsilon=None):
         # The candidates are mechanisms fitted at the labels' epsilon: each
-        # builds its law at its own sampler's epsilon (RR-on-Bins' exact one
-        # at epsilon, the unbiased ones' tables less the slack).
+        # builds its law at its own law_epsilon (the slack taken once, there).
         return float(self.epsilon) if epsilon is None else float(epsilon)
 
     def _release_cost(self):
