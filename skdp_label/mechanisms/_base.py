@@ -95,6 +95,17 @@ def _equal_arrays(a, b):
     return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=nan)
 
 
+def _parameter_arrays(values):
+    """The numpy arrays among parameter values (and in their tuples and lists)."""
+    found = []
+    for value in values:
+        if isinstance(value, np.ndarray):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(_parameter_arrays(value))
+    return found
+
+
 def _same_fitted(bound, now):
     """Whether a fitted attribute is still what fit left (see ``_fitted_state``)."""
     if bound is now:
@@ -287,12 +298,20 @@ class BaseLabelMechanism(
         :meth:`_check_unchanged_since_fit` compares with: arrays by identity
         (made read-only, so an in-place edit raises), scalars and tuples by
         value, other objects by identity. The release counts
-        (``_USAGE_ATTRIBUTES``) are left out."""
+        (``_USAGE_ATTRIBUTES``) are left out. An array that shares memory with
+        a parameter's (``classes`` kept as given) is bound as a copy: the
+        caller's own array stays writable (an edit of it changes the
+        parameter, which the signature refuses)."""
+        params = _parameter_arrays(self.get_params(deep=False).values())
+        copies = {}  # attributes that were one array stay one array
         state = {}
-        for name, value in vars(self).items():
+        for name, value in list(vars(self).items()):
             if name.startswith("_") or not name.endswith("_") or name in _USAGE_ATTRIBUTES:
                 continue
             if isinstance(value, np.ndarray):
+                if any(np.may_share_memory(value, p) for p in params):
+                    value = copies.setdefault(id(value), value.copy())
+                    setattr(self, name, value)
                 value.setflags(write=False)
             state[name] = value
         return state

@@ -419,6 +419,17 @@ class AutoRegression(BasePriorMechanism):
         # builds its law at its own law_epsilon (the slack taken once, there).
         return float(self.epsilon) if epsilon is None else float(epsilon)
 
+    def _check_unchanged_since_fit(self):
+        super()._check_unchanged_since_fit()
+        # The chosen candidate samples (_randomize_column): its own parameters
+        # and fitted attributes are bound too, not only which object it is.
+        selected = vars(self).get("selected_mechanism_")
+        if selected is not None:
+            try:
+                selected._check_unchanged_since_fit()
+            except ValueError as exc:
+                raise ValueError(f"{type(self).__name__}.selected_mechanism_: {exc}") from None
+
     def _release_cost(self):
         # The same operations as budget_split's: the ledger adds up to epsilon.
         return float(self.epsilon) - self.mean_epsilon_ - self.prior_epsilon_, 0.0
