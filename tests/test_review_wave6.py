@@ -6,13 +6,16 @@ says how); those that held stay as regression tests.
 """
 
 import copy
+import math
 import pickle
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
 from skdp_label import BudgetAccountant
+from skdp_label._kernels._sampling import rr_flip_probability
 from skdp_label._warmup import _public_inputs
 from skdp_label.mechanisms import (
     AutoRegression,
@@ -22,6 +25,7 @@ from skdp_label.mechanisms import (
     get_mechanism_class,
     mechanism_names,
 )
+from skdp_label.mechanisms._validation import law_epsilon, rr_law_epsilon
 from skdp_label.release import KeyedRelease, ReleaseKey
 
 pytestmark = pytest.mark.filterwarnings("ignore::skdp_label.PrivacyLeakWarning")
@@ -170,3 +174,79 @@ def test_no_bound_array_shares_memory_with_a_reachable_writable_array(name):
         for path, other in out:
             if other is not bound and other.flags.writeable:
                 assert not np.may_share_memory(bound, other), (attribute, path)
+
+
+# -- 2. laws built below the charged epsilon ------------------------------------------
+
+
+def _exact_log(fraction):
+    """ln of a positive Fraction, to far better than the slacks (1e-9)."""
+    shift = fraction.numerator.bit_length() - fraction.denominator.bit_length()
+    scaled = fraction / Fraction(2) ** shift  # within [1/2, 2]: float is exact enough
+    return math.log(float(scaled)) + shift * math.log(2.0)
+
+
+def _rr_sampled_epsilons(k, law):
+    """The epsilons of the laws the RR kernels sample, from their float constants:
+    k-ary RR and RR-Top-k per example (flip probability f, exact Bernoulli, exact
+    uniform replacement) and RR-Top-k with one set (mixing weight u)."""
+    f = Fraction(rr_flip_probability(k, law))
+    e = math.exp(-law)
+    u = Fraction(k * e / (1.0 + (k - 1) * e))  # rr_top_k_set_constants' weight
+    ratios = [(1 - f) * (k - 1) / f, k / u - (k - 1), 1 / u]
+    return [abs(_exact_log(r)) for r in ratios]
+
+
+# (k, epsilon) where the law built at law_epsilon(epsilon) was sampled above epsilon.
+_RR_BROKEN = [(44_491_838, 0.01), (51_723_289, 1e-6), (69_903_306, 3e-7), (77_286_133, 1e-5)]
+
+
+@pytest.mark.parametrize("k, epsilon", _RR_BROKEN)
+def test_randomized_response_over_many_classes_samples_within_the_charge(k, epsilon):
+    # BROKE: the RR kernels are exact samplers of a float flip probability f, within a
+    # few ulps of its formula; the loss ratio (k-1)(1-f)/f amplifies f's rounding by
+    # 1/(1-f) = 1 + (k-1) e^-eps, about k at small epsilon. From about 4e7 classes the
+    # sampled law's epsilon exceeded the charged one by up to 3e-8 (> SAMPLER_SLACK).
+    # Fixed: rr_law_epsilon builds such laws at epsilon less a bound of that rounding.
+    assert max(_rr_sampled_epsilons(k, law_epsilon(epsilon))) > epsilon  # the break
+    assert max(_rr_sampled_epsilons(k, rr_law_epsilon(epsilon, k))) <= epsilon
+
+
+def test_rr_law_epsilon_holds_over_a_scan_and_is_law_epsilon_below_a_million_classes():
+    epsilons = [1e-7, 1e-6, 1e-4, 1e-2, 0.5, 1.0, 5.0, 20.0, 30.0]
+    for k in np.unique(np.geomspace(2, 2.0**52, 160).astype(np.int64)).tolist():
+        for epsilon in epsilons:
+            try:
+                law = rr_law_epsilon(epsilon, k)
+            except ValueError as exc:  # refused (before anything is spent: fit calls it)
+                assert "too small for" in str(exc) and k > 1e7
+                continue
+            assert law <= law_epsilon(epsilon)
+            assert max(_rr_sampled_epsilons(k, law)) <= epsilon, (k, epsilon)
+            if k <= 1_000_000:  # unchanged there: no seeded output moves
+                assert law == law_epsilon(epsilon)
+
+
+def test_randomized_response_mechanisms_build_their_law_at_rr_law_epsilon():
+    # The wiring: each RR-family mechanism's law (the sampler's constants) uses it.
+    # 2e6 classes: where rr_law_epsilon differs from law_epsilon at small epsilon.
+    k, epsilon = 2_000_000, 1e-6
+    assert rr_law_epsilon(epsilon, k) < law_epsilon(epsilon)
+    classes = np.arange(k)
+    for cls in (RandomizedResponse, RRTopK, RRWithPrior):
+        acc = BudgetAccountant()
+        mech = cls(epsilon=epsilon, classes=classes, accountant=acc, random_state=0).fit([0, 1])
+        assert mech._law_epsilon() == rr_law_epsilon(epsilon, k), cls.__name__
+        assert mech._matrix_epsilon == rr_law_epsilon(epsilon, k)
+        mech.transform(np.array([0, 5, 7]))
+        assert acc.spent_epsilon == pytest.approx(epsilon)  # charged epsilon, not the law's
+    debiased = get_mechanism_class("debiased-rr")(epsilon=1.0, bounds=(0, 1), grid_size=7).fit([0.5])
+    assert debiased._randomized_response_size() == 7
+    assert debiased._law_epsilon() == rr_law_epsilon(1.0, 7) == law_epsilon(1.0)
+
+
+def test_rr_law_epsilon_refuses_more_classes_than_epsilon_can_carry():
+    with pytest.raises(ValueError, match="too small for 100000000 classes"):
+        rr_law_epsilon(1e-7, 100_000_000, what="RandomizedResponse: the labels' epsilon")
+    with pytest.raises(ValueError, match="below"):  # and law_epsilon's own floor
+        rr_law_epsilon(1e-8, 3)

@@ -45,7 +45,7 @@ from ..utils._random import (
     release_generator,
 )
 from ..utils._repr import PrivacyReprMixin, format_number
-from ._validation import NUMPY_BELOW, EpsilonInterval, labels_within, law_epsilon
+from ._validation import NUMPY_BELOW, EpsilonInterval, labels_within, law_epsilon, rr_law_epsilon
 
 __all__ = ["BaseLabelMechanism", "BaseDiscreteMechanism", "OUT_OF_BOUNDS_CONSTRAINT", "OUT_OF_BOUNDS_DOC"]
 
@@ -225,7 +225,17 @@ class BaseLabelMechanism(
         Bernoulli draws a law whose parameter (randomized response's flip
         probability, from a rounded e^-epsilon) is a rounded float."""
         epsilon = float(self.epsilon) if epsilon is None else float(epsilon)
-        return law_epsilon(epsilon, what=f"{type(self).__name__}: the labels' epsilon")
+        what = f"{type(self).__name__}: the labels' epsilon"
+        n_classes = self._randomized_response_size()
+        if n_classes is None:
+            return law_epsilon(epsilon, what=what)
+        return rr_law_epsilon(epsilon, n_classes, what=what)
+
+    def _randomized_response_size(self):
+        """Number of outputs of a randomized response (k-ary RR, RR-Top-k,
+        debiased RR), whose flip probability's rounding grows with it
+        (``rr_law_epsilon``); None for the other laws."""
+        return None
 
     def _release_cost(self):
         """(epsilon, delta) one label costs in ``transform``."""
