@@ -25,7 +25,7 @@ from skdp_label.mechanisms import (
     get_mechanism_class,
     mechanism_names,
 )
-from skdp_label.mechanisms._validation import law_epsilon, rr_law_epsilon
+from skdp_label.mechanisms._validation import MIN_SHARE_EPSILON, law_epsilon, rr_law_epsilon
 from skdp_label.release import KeyedRelease, ReleaseKey
 
 pytestmark = pytest.mark.filterwarnings("ignore::skdp_label.PrivacyLeakWarning")
@@ -250,3 +250,86 @@ def test_rr_law_epsilon_refuses_more_classes_than_epsilon_can_carry():
         rr_law_epsilon(1e-7, 100_000_000, what="RandomizedResponse: the labels' epsilon")
     with pytest.raises(ValueError, match="below"):  # and law_epsilon's own floor
         rr_law_epsilon(1e-8, 3)
+
+
+# epsilons under 1e-6 whose 'auto' mean share left the labels epsilon - eps_mean, rounded
+# below MIN_SHARE_EPSILON (a third of those tried).
+_MEAN_ROUNDED = [6.732655185893088e-07, 9.214800195499495e-07, 7.565469048855985e-07]
+
+
+@pytest.mark.filterwarnings("ignore:auto. candidate:RuntimeWarning")
+@pytest.mark.parametrize("epsilon", _MEAN_ROUNDED)
+def test_auto_mean_share_leaves_the_labels_their_minimum_after_rounding(epsilon):
+    # BROKE: mean_budget gave the mean min(rule, epsilon - MIN_SHARE_EPSILON); the rest,
+    # computed as epsilon - eps_mean, rounded below MIN_SHARE_EPSILON and the fit (and a
+    # keyed release) was refused, before spending, for a valid epsilon. Fixed: the mean's
+    # share steps down until the rest is at least MIN_SHARE_EPSILON.
+    y = np.random.default_rng(2).uniform(0, 1, 3_000)
+    acc = BudgetAccountant()
+    mech = AutoRegression(epsilon=epsilon, bounds=(0, 1), mean_epsilon="auto", accountant=acc,
+                          random_state=0)
+    eps_mean = mech.mean_budget(y.size)
+    assert eps_mean > 0 and epsilon - eps_mean >= MIN_SHARE_EPSILON
+    prior, labels = mech.budget_split(y.size)
+    assert prior + labels == epsilon - eps_mean
+    mech.fit_transform(y)
+    assert acc.spent_epsilon == pytest.approx(epsilon, rel=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore:auto. candidate:RuntimeWarning")
+def test_auto_mean_share_over_small_epsilons_never_refuses():
+    rng = np.random.default_rng(0)
+    for epsilon in rng.uniform(1e-7, 1e-6, 300).tolist() + [1e-7, 1e-6]:
+        mech = AutoRegression(epsilon=epsilon, bounds=(0, 1), mean_epsilon="auto")
+        eps_mean = mech.mean_budget(5_000)
+        assert epsilon - eps_mean >= MIN_SHARE_EPSILON
+        mech.budget_split(5_000)  # raised for a third of them
+
+
+@pytest.mark.parametrize("kwargs", [{"prior": "class-frequencies"}, {"prior": "clusters"},
+                                    {"prior": "class-frequencies", "prior_epsilon": 1e-7}])
+def test_classifier_with_a_prior_at_the_smallest_epsilon_is_refused_by_name(kwargs):
+    # Held for privacy (refused before spending), but the message named a budget the
+    # caller never gave ("epsilon parameter of RRWithPrior ... got 5e-08"): the prior's
+    # share leaves the labels less than MIN_EPSILON below epsilon = 2e-7. Fixed: the
+    # classifier's plan refuses it, naming epsilon, the prior's share and the labels'.
+    from sklearn.linear_model import LogisticRegression
+
+    from skdp_label.estimators import LabelDPClassifier
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(300, 2)), rng.integers(0, 3, 300)
+    epsilon = 1.5e-7 if "prior_epsilon" in kwargs else 1e-7
+    acc = BudgetAccountant()
+    clf = LabelDPClassifier(LogisticRegression(), epsilon=epsilon, classes=[0, 1, 2],
+                            accountant=acc, random_state=0, **kwargs)
+    with pytest.raises(ValueError, match=r"LabelDPClassifier: epsilon=.* leaves the labels 5e-08"):
+        clf.fit(X, y)
+    assert acc.spent_epsilon == 0.0
+    with pytest.raises(ValueError, match="leaves the labels"):
+        clf.prior_budget(300)  # public, before anything is spent
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "release.py (not this helper's file): the keyed release's dry run sets the mechanism's "
+    "epsilon to the labels' share, which its parameter constraint refuses below MIN_EPSILON "
+    "(1e-7), though fit on one machine builds that share's law (down to MIN_SHARE_EPSILON). "
+    "Refused before the charge (no privacy loss), but a configuration fit accepts is not "
+    "releasable keyed: the release and fit disagree on the smallest split."))
+@pytest.mark.filterwarnings("ignore:auto. candidate:RuntimeWarning")
+@pytest.mark.parametrize("mechanism", [
+    lambda: AutoRegression(1e-7, bounds=(0, 1), mean_epsilon="auto"),
+    lambda: AutoRegression(1.5e-7, bounds=(0, 1), mean_epsilon=1e-7),
+])
+def test_keyed_release_accepts_the_splits_fit_accepts(mechanism):
+    y = np.random.default_rng(3).uniform(0, 1, 3_000)
+    fitted = mechanism().fit(y)  # one machine: accepted
+    assert fitted.mean_epsilon_ > 0
+    acc = BudgetAccountant()
+    release = KeyedRelease(mechanism(), ReleaseKey(b"m" * 32), "r6-split", accountant=acc)
+    release.add_counts(y, np.arange(y.size))
+    try:
+        release.fit(n_rows=y.size)
+    finally:
+        assert acc.spent_epsilon in (0.0, pytest.approx(float(mechanism().epsilon)))
+    assert release.epsilon_split_["labels"] < 1e-7

@@ -379,6 +379,10 @@ class AutoRegression(BasePriorMechanism):
             # (epsilon >= 2 of them), and a smaller mean share is not spent at all.
             eps_mean = min(mean_share_rule(epsilon, int(n_labels), lost) * epsilon,
                            epsilon - MIN_SHARE_EPSILON)
+            # The rest is computed as epsilon - eps_mean, which rounds: below
+            # MIN_SHARE_EPSILON for a third of the epsilons under 1e-6 (refused).
+            while eps_mean > 0 and epsilon - eps_mean < MIN_SHARE_EPSILON:
+                eps_mean = math.nextafter(eps_mean, 0.0)
             return eps_mean if eps_mean >= MIN_SHARE_EPSILON else 0.0
         eps_mean = float(self.mean_epsilon)
         if not epsilon - eps_mean >= MIN_SHARE_EPSILON:
