@@ -26,7 +26,6 @@ from fractions import Fraction
 import numba
 import numpy as np
 import pytest
-from numba.experimental import jitclass
 
 from _audit import chi_square_pvalue
 from skdp_label import PrivacyLeakWarning
@@ -34,30 +33,53 @@ from skdp_label._kernels import _sampling as S
 from skdp_label._kernels import _twin
 from skdp_label._kernels._pcg64 import call_with_stream
 from test_fast_samplers import _keyed
+from test_numerics import _untemper
 
 DIGIT = 2**53
 
 
-@jitclass([("words", numba.uint64[::1]), ("pos", numba.int64)])
-class ScriptedWords:
-    """A random source reading a script of 64-bit words: ``next_word()`` the
-    next one, ``random()`` its top 53 bits (as a keyed source's). Callable
-    compiled (a numba type of its own) and from the Python twins."""
+# At most this many scripted draws a Generator (two of MT19937's 624 outputs each).
+_MAX_SCRIPTED = 312
 
-    def __init__(self, words):
-        self.words = words
-        self.pos = 0
 
-    def next_word(self):
-        w = self.words[self.pos]
-        self.pos += 1
-        return w
+def _scripted(items):
+    """A numpy Generator on MT19937 whose draws are the scripted ``items``:
+    ``('w', word)`` for a kernel's word (``next_uint64``: two outputs, the
+    high half first), ``('d', digit)`` for a ``random()`` digit (two outputs
+    a, b with (a >> 5) 2**26 + (b >> 6) = digit), as test_numerics.scripted.
+    A real Generator (no type of the tests' own: a kernel compiled for one
+    would enter numba's cache, which other processes could not load)."""
+    outputs = []
+    for kind, value in items:
+        if kind == "w":
+            outputs += [value >> 32, value & 0xFFFFFFFF]
+        else:
+            outputs += [(value >> 26) << 5, (value & (2**26 - 1)) << 6]
+    assert len(outputs) <= 2 * _MAX_SCRIPTED
+    bit_generator = np.random.MT19937(0)
+    state = bit_generator.state
+    key = np.array(state["state"]["key"], dtype=np.uint32)
+    key[: len(outputs)] = [_untemper(o) for o in outputs]
+    state["state"]["key"], state["state"]["pos"] = key, 0
+    bit_generator.state = state
+    return np.random.Generator(bit_generator)
 
-    def random(self):
-        return (self.next_word() >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
-    def begin_row(self, i):
-        pass
+def _run_scripted(kernel, mode, labels, y, grid, right, tables, outputs):
+    """The kernel's outputs for labels ``y`` whose draws are ``labels[i]``
+    (a list of items each), in calls of at most _MAX_SCRIPTED draws; each
+    call must read exactly its labels' draws."""
+    out, start = [], 0
+    while start < len(labels):
+        stop, count = start, 0
+        while stop < len(labels) and count + len(labels[stop]) <= _MAX_SCRIPTED:
+            count += len(labels[stop])
+            stop += 1
+        rng = _scripted([item for label in labels[start:stop] for item in label])
+        out.append(_run(kernel, mode, rng, y[start:stop], grid, right, tables, outputs))
+        assert rng.bit_generator.state["state"]["pos"] == 2 * count  # none skipped or read twice
+        start = stop
+    return np.concatenate(out)
 
 
 def _tables_kernel(rows_from):
@@ -105,11 +127,12 @@ def _identity_case(rows_from):
 
 
 def _script(cases, positions, gen):
-    """(labels, words, expected rows): one label per (y, b choice, tie
-    choice). A tie's continuation digit lies just below ('below': up) or
-    above ('above': down) the first digit of the fraction's expansion, or
-    equals it and the next decides ('equal': up)."""
-    labels, words, expected = [], [], []
+    """(labels, draws, expected rows): one label per (y, b choice, tie
+    choice), its draws (a word, any tie digits). A tie's continuation digit
+    lies just below ('below': up) or above ('above': down) the first digit
+    of the fraction's expansion, or equals it and the next decides ('equal':
+    up)."""
+    labels, draws, expected = [], [], []
     for y, choice, tie in cases:
         lo, t = positions(y)
         scaled = t * 2048.0
@@ -118,22 +141,23 @@ def _script(cases, positions, gen):
         if not 0 <= b <= 2047:
             continue
         labels.append(y)
-        words.append((int(gen.integers(1, DIGIT)) << 11) | b)
+        words = [("w", (int(gen.integers(1, DIGIT)) << 11) | b)]
         up = b < m
         if b == m and scaled > m:  # a tie on a positive fraction reads on
             x = (scaled - m) * 2.0**53
             first = math.floor(x)
             if tie == "below" and first > 0:
-                words.append((first - 1) << 11)
+                words.append(("d", first - 1))
                 up = True
             elif tie == "equal" and x > first and math.floor((x - first) * 2.0**53) > 0:
-                words += [first << 11, (math.floor((x - first) * 2.0**53) - 1) << 11]
+                words += [("d", first), ("d", math.floor((x - first) * 2.0**53) - 1)]
                 up = True
             else:
-                words.append((first + 1) << 11)
+                words.append(("d", first + 1))
                 up = False
+        draws.append(words)
         expected.append(lo + int(up))
-    return np.array(labels), np.array(words, dtype=np.uint64), np.array(expected, dtype=np.float64)
+    return np.array(labels), draws, np.array(expected, dtype=np.float64)
 
 
 _ROWS_FROM = ["arithmetic", "buckets", "pieces"]
@@ -149,11 +173,9 @@ def test_the_coin_decides_every_word_as_the_exact_bernoulli(rows_from, mode):
     ys += list(gen.uniform(0.0, 7.0, 40))
     cases = [(y, choice, tie) for y in ys for choice in ("m", "below", "above", "zero", "top")
              for tie in ("below", "above", "equal")]
-    y, words, expected = _script(cases, positions, gen)
-    source = ScriptedWords(words)
-    out = _run(_tables_kernel(rows_from), mode, source, y, grid, right, tables, outputs)
+    y, draws, expected = _script(cases, positions, gen)
+    out = _run_scripted(_tables_kernel(rows_from), mode, draws, y, grid, right, tables, outputs)
     np.testing.assert_array_equal(out, expected)
-    assert source.pos == words.shape[0]  # every word read, none twice, none skipped
     ties = sum(1 for y_, c, _ in cases if c == "m" and positions(y_)[1] * 2048.0 % 1.0 > 0.0)
     assert ties >= 50  # ties on positive fractions were exercised
 
@@ -174,16 +196,14 @@ def test_p_up_is_exactly_the_float_t_over_all_2048_coin_bits(rows_from, t_of):
     m = math.floor(scaled)
     frac = scaled - m
     for tie_up in (True, False):
-        words = []
+        draws = []
         for b in range(2048):
-            words.append((int(gen.integers(1, DIGIT)) << 11) | b)
+            draws.append([("w", (int(gen.integers(1, DIGIT)) << 11) | b)])
             if b == m and frac > 0.0:
                 first = math.floor(frac * 2.0**53)
-                words.append(((first - 1) if tie_up and first > 0 else (first + 1)) << 11)
-        source = ScriptedWords(np.array(words, dtype=np.uint64))
-        out = _run(_tables_kernel(rows_from), "compiled", source, np.full(2048, y0), grid, right,
-                   tables, outputs)
-        assert source.pos == len(words)
+                draws[-1].append(("d", (first - 1) if tie_up and first > 0 else (first + 1)))
+        out = _run_scripted(_tables_kernel(rows_from), "compiled", draws, np.full(2048, y0), grid,
+                            right, tables, outputs)
         ups = out - lo
         assert set(np.unique(ups)) <= {0.0, 1.0}
         decided = [int(ups[b]) for b in range(2048) if b != m]
