@@ -1260,8 +1260,11 @@ def _discrete_rows_kernel(rows_from, draw_by):
         """Every finite-output sampler.
 
         The row of label i is ``codes[i]`` or the unbiased randomized
-        rounding of ``y[i]`` onto the grid ``values`` (one uniform;
-        ``lower``/``par`` from :func:`rounding_grid`). The output index is
+        rounding of ``y[i]`` onto the grid ``values`` (``lower``/``par`` from
+        :func:`rounding_grid`; up with probability exactly the float t of
+        :func:`rounding_probability`, by a coin on the low 11 bits of the
+        word whose top 53 bits are the row's draw digit, see
+        docs/sampling.md). The output index is
         drawn by k-ary randomized response (constants ``rr`` of
         :func:`rr_constants`), or from the row's alias table with the exact
         tail (:func:`categorical_tables`). ``out[i] = outputs[j]``. The
@@ -1574,8 +1577,9 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, pieces=None, nea
     y, pieces : ndarray, tuple
         Labels on ``pieces = (left, right)`` (with ``tables``): the row of a
         label in piece ``p`` is ``2 p + 1`` (the right end) with probability
-        ``t``, its position in the piece, else ``2 p``; one uniform, then the
-        row's draw, label by label (as :func:`piece_rows` then the codes).
+        ``t``, its position in the piece, else ``2 p``, by the rounding
+        coin (exactly t) on the low bits of the row's draw's word, label by
+        label (the rows of :func:`piece_rows`' law, not its digits).
     tables : tuple, optional
         :func:`categorical_tables` of the matrix; or
     rr : ndarray, optional
