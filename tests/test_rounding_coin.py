@@ -56,12 +56,10 @@ def _scripted(items):
         else:
             outputs += [(value >> 26) << 5, (value & (2**26 - 1)) << 6]
     assert len(outputs) <= 2 * _MAX_SCRIPTED
-    bit_generator = np.random.MT19937(0)
-    state = bit_generator.state
-    key = np.array(state["state"]["key"], dtype=np.uint32)
+    bit_generator = np.random.MT19937(0)  # its other key words: any
+    key = np.array(bit_generator.state["state"]["key"], dtype=np.uint32)
     key[: len(outputs)] = [_untemper(o) for o in outputs]
-    state["state"]["key"], state["state"]["pos"] = key, 0
-    bit_generator.state = state
+    bit_generator.state = {"bit_generator": "MT19937", "state": {"key": key, "pos": 0}}
     return np.random.Generator(bit_generator)
 
 
