@@ -1408,11 +1408,15 @@ def _discrete_rows_kernel(rows_from, draw_by):
                         cell_at[i - start] = -1 - tail
                     else:  # the same digit, uniform on the bulk's share, picks a cell
                         w = (d - qd) * heads[r, 2]  # >= 0
-                        c = min(np.int64(w), np.int64(heads[r, 3]))  # w < K, up to rounding
+                        # The cell: floor(w) (w < K, up to rounding), at most the last
+                        # cell; clamped as a float, converted once (the same c and
+                        # fraction as min(int64(w), last): one conversion fewer).
+                        cf = np.floor(min(w, heads[r, 3]))
+                        c = np.int64(cf)
                         at = r * u_width + np.uint64(2 * c)
                         prefetch(flat, at)
                         cell_at[i - start] = np.int64(at)
-                        frac_bits[i - start] = float_bits(w - c)  # w - c >= 0
+                        frac_bits[i - start] = float_bits(w - cf)  # >= 0
             if draw_by == "tables":
                 for i in range(start, stop):
                     at = cell_at[i - start]
