@@ -63,10 +63,10 @@ def _scripted(items):
     return np.random.Generator(bit_generator)
 
 
-def _run_scripted(kernel, mode, labels, y, grid, right, tables, outputs):
-    """The kernel's outputs for labels ``y`` whose draws are ``labels[i]``
-    (a list of items each), in calls of at most _MAX_SCRIPTED draws; each
-    call must read exactly its labels' draws."""
+def _run_scripted(kernel, mode, labels, y, grid, right, tables, outputs, codes=None):
+    """The kernel's outputs for labels ``y`` (or rows ``codes``) whose draws
+    are ``labels[i]`` (a list of items each), in calls of at most
+    _MAX_SCRIPTED draws; each call must read exactly its labels' draws."""
     out, start = [], 0
     while start < len(labels):
         stop, count = start, 0
@@ -74,7 +74,10 @@ def _run_scripted(kernel, mode, labels, y, grid, right, tables, outputs):
             count += len(labels[stop])
             stop += 1
         rng = _scripted([item for label in labels[start:stop] for item in label])
-        out.append(_run(kernel, mode, rng, y[start:stop], grid, right, tables, outputs))
+        if codes is None:
+            out.append(_run(kernel, mode, rng, y[start:stop], grid, right, tables, outputs))
+        else:
+            out.append(_run(kernel, mode, rng, y, grid, right, tables, outputs, codes[start:stop]))
         assert rng.bit_generator.state["state"]["pos"] == 2 * count  # none skipped or read twice
         start = stop
     return np.concatenate(out)
@@ -84,9 +87,9 @@ def _tables_kernel(rows_from):
     return S._DISCRETE_ROWS["pieces" if rows_from == "pieces" else True, False]
 
 
-def _run(kernel, mode, rng, y, grid, right, tables, outputs):
-    out = np.empty(y.shape[0])
-    args = S._rows_args(S._EMPTY_I, y, grid, right, S._EMPTY_F, rng, outputs, out, tables)
+def _run(kernel, mode, rng, y, grid, right, tables, outputs, codes=S._EMPTY_I):
+    out = np.empty(max(y.shape[0], codes.shape[0]))
+    args = S._rows_args(codes, y, grid, right, S._EMPTY_F, rng, outputs, out, tables)
     if mode == "twin":
         _twin.twin(kernel)(*args)
     elif mode == "stream":
@@ -227,11 +230,33 @@ def _kernel_source_mutant(kernel, old, new, rows_from, draw_by):
 
 
 # The tie's lines, as in the dedented source of the kernel (a nested function).
-_TIE = """                    if b == m:
-                        release(rng, s)
-                        row += np.int64(bernoulli_exact(scaled - m, rng))
-                        s = hold(rng)
+_TIE = """                if b == m:
+                    release(rng, s)
+                    row += np.int64(bernoulli_exact(scaled - m, rng))
+                    s = hold(rng)
 """
+
+
+@pytest.mark.parametrize("mode", ["compiled", "twin"])
+def test_a_one_point_grid_reads_one_word_a_label_and_keeps_the_point(mode):
+    # No rounding pass: every label is the grid's one point (t = 0), its
+    # word's top bits the draw's digit; b = 0 ties with m = 0 on a fraction
+    # of 0, which reads no digit.
+    values = np.array([5.0])
+    tables = S.categorical_tables(np.array([[0.25, 0.75]]))
+    outputs = np.array([-1.0, 1.0])
+    gen = np.random.default_rng(2)
+    digits = gen.integers(0, DIGIT, 600)
+    bits = np.concatenate([[0, 0, 2047], gen.integers(0, 2048, 597)])
+    draws = [[("w", (int(d) << 11) | int(b))] for d, b in zip(digits, bits)]
+    y = gen.uniform(-10.0, 10.0, 600)
+    out = _run_scripted(_tables_kernel("grid"), mode, draws, y, S.rounding_grid(values),
+                        S._EMPTY_F, tables, outputs)
+    # The row-0 draw of each word's digit: the codes' kernel on rows 0 with those digits.
+    ref = _run_scripted(S._DISCRETE_ROWS[False, False], mode, [[("d", int(d))] for d in digits],
+                        S._EMPTY_F, (S._EMPTY_F, S._EMPTY_I, S._NO_GRID), S._EMPTY_F, tables,
+                        outputs, codes=np.zeros(600, np.int64))
+    np.testing.assert_array_equal(out, ref)
 
 
 @pytest.mark.parametrize("mutation", ["none", "no release", "no hold"])

@@ -1207,9 +1207,10 @@ def rounding_probability(offset, gap):
 @numba.njit(cache=True, nogil=True)
 def _arithmetic_rounding(y, start, stop, par, last, k, lo_at, t_at):
     """The rounding pass of :func:`_discrete_rows_kernel` over one block on
-    an arithmetic grid: each label's lower neighbour and its probability of
-    rounding up. A function of its own (called once a block): inside the
-    kernel, its vectorised loop slowed the kernel's other paths."""
+    an arithmetic grid: each label's lower neighbour and its probability t of
+    rounding up, times 2**11 (exact: the coin's scale). A function of its own
+    (called once a block): inside the kernel, its vectorised loop slowed the
+    kernel's other paths."""
     a, inv_step, step = par[0], par[1], par[2]
     # Unsigned indices: numba adds no negative-index wraparound, which kept
     # the loop from loading and storing whole vectors.
@@ -1221,7 +1222,7 @@ def _arithmetic_rounding(y, start, stop, par, last, k, lo_at, t_at):
         # doubles converts to int32 in one instruction, to int64 only lane by
         # lane below AVX-512 (a fifth of the pass).
         lo_at[j] = np.int64(np.int32(lo))
-        t_at[j] = rounding_probability(v - v_lo, v_hi - v_lo)
+        t_at[j] = rounding_probability(v - v_lo, v_hi - v_lo) * _COIN_UNIT
 
 
 @numba.njit(cache=True, nogil=True)
@@ -1297,11 +1298,16 @@ def _discrete_rows_kernel(rows_from, draw_by):
         frac_bits = ibuf[1]  # bit pattern of the label's fraction in its cell
         n = out.shape[0]
         lo_at = ibuf[2]  # rounding: lower neighbour (or piece),
-        t_at = fbuf[1]  # and the probability of going up (to the piece's right end)
+        # and the probability t of going up (to the piece's right end); on a
+        # grid t 2**11 (a multiply taken out of the draw loop)
+        t_at = fbuf[1]
         # The generator's state is held in registers (_pcg64.hold): a store to
         # the block buffers or the output would otherwise force a reload of it
         # from memory between draws. Released into rng around each helper that
         # draws from rng itself (the rare paths) and at the end.
+        if rows_from == "grid" and k == 1:  # one point: no rounding pass, t = 0 (down)
+            lo_at[:] = 0
+            t_at[:] = 0.0
         s = hold(rng)
         for start in range(0, n, _BLOCK):
             stop = min(start + _BLOCK, n)
@@ -1333,7 +1339,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
                             lo = k - 2
                         lo_at[i - start] = lo
                         t_at[i - start] = rounding_probability(
-                            v - values[lo], values[lo + 1] - values[lo])
+                            v - values[lo], values[lo + 1] - values[lo]) * _COIN_UNIT
             for i in range(start, stop):
                 begin_row(rng, i)  # keyed releases: row i reads its own stream
                 if rows_from == "codes":
@@ -1345,23 +1351,22 @@ def _discrete_rows_kernel(rows_from, draw_by):
                     # digits b of the rounding coin's uniform, independent of them.
                     word, s = held_word(rng, s)
                     digit = np.int64(word >> np.uint64(11))
-                    row = 0  # the grid's one point
-                    if rows_from == "pieces" or k > 1:
-                        # Up (the upper neighbour, the piece's right end 2 p + 1)
-                        # with probability exactly t: b < m = floor(t 2**11) up,
-                        # b > m down, b = m (probability 2**-11) an exact
-                        # Bernoulli of the fraction t 2**11 - m on fresh digits.
-                        # Branch-free but for the tie: the outcome is a coin flip.
-                        scaled = t_at[i - start] * _COIN_UNIT  # exact
-                        m = np.int64(scaled)
-                        b = np.int64(word & np.uint64(_COIN_MASK))
-                        row = lo_at[i - start] * (2 if rows_from == "pieces" else 1)
-                        if b == m:
-                            release(rng, s)
-                            row += np.int64(bernoulli_exact(scaled - m, rng))
-                            s = hold(rng)
-                        else:
-                            row -= (b - m) >> 63
+                    # Up (the upper neighbour, the piece's right end 2 p + 1) with
+                    # probability exactly t: b < m = floor(t 2**11) up, b > m down,
+                    # b = m (probability 2**-11) an exact Bernoulli of the fraction
+                    # t 2**11 - m (exact in float64) on fresh digits, the state
+                    # released around it. Branch-free but for the tie: the outcome
+                    # is a coin flip. (The grid's pass stores t 2**11 already.)
+                    scaled = t_at[i - start] * (_COIN_UNIT if rows_from == "pieces" else 1.0)
+                    m = np.int64(scaled)
+                    b = np.int64(word & np.uint64(_COIN_MASK))
+                    row = lo_at[i - start] * (2 if rows_from == "pieces" else 1)
+                    if b == m:
+                        release(rng, s)
+                        row += np.int64(bernoulli_exact(scaled - m, rng))
+                        s = hold(rng)
+                    else:
+                        row -= (b - m) >> 63
                 if draw_by == "rr":
                     d = float(digit)
                     j = rr_code_common(row, n_classes, d, rr_limit, rr_m)
