@@ -80,6 +80,7 @@ __all__ = [
     "KeyedRelease",
     "privatize",
     "mechanism_from_manifest",
+    "law_digest",
 ]
 
 _KEY_BYTES = 32
@@ -231,6 +232,85 @@ def _jsonable(value):
     if isinstance(value, Real) and not math.isfinite(value):
         return str(value)
     return value
+
+
+# Prefix of what a law digest hashes: a new encoding gets a new prefix.
+_LAW_FORMAT = b"skdp_label.law/1"
+
+
+def law_digest(mechanism: BaseLabelMechanism) -> str:
+    """SHA-256 (hex) of the law a fitted mechanism samples.
+
+    It hashes the mechanism's class, its public parameters and every public
+    attribute its ``fit`` bound (``_fit_state``: transition matrix, inputs and
+    outputs, noise scales, a noisy prior, ...; a nested fitted mechanism is
+    hashed the same way): arrays by dtype, shape and bytes, scalars by type
+    and ``repr``. Those are public inputs and charged noisy statistics only,
+    never labels, key material or generator state. Two fits with the same
+    digest sample one law, whatever the library version or machine; a keyed
+    release records the digest at its first fit, and a retry whose refit
+    gives another one is refused (docs/labels_party.md).
+
+    Raises
+    ------
+    ValueError
+        If the mechanism is not fitted, or its fitted attributes changed
+        since its fit (it would not sample what ``fit`` computed).
+    """
+    h = hashlib.sha256(_LAW_FORMAT)
+    _hash_law(h, mechanism)
+    return h.hexdigest()
+
+
+def _hash_law(h, mechanism):
+    state = getattr(mechanism, "_fit_state", None)
+    if state is None:
+        raise ValueError(f"{type(mechanism).__name__} is not fitted: it samples no law yet.")
+    mechanism._check_unchanged_since_fit()  # the bound state is what it samples
+    _hash_token(h, b"M", type(mechanism).__name__.encode())
+    _hash_value(h, _public_params(mechanism))
+    _hash_value(h, dict(state))
+
+
+def _hash_token(h, tag, payload):
+    # Tagged and length-prefixed: no two different values feed the same bytes.
+    h.update(tag + len(payload).to_bytes(8, "little") + payload)
+
+
+def _hash_value(h, value):
+    if isinstance(value, BaseLabelMechanism):
+        _hash_law(h, value)
+    elif isinstance(value, np.ndarray):
+        shape = repr(value.shape).encode()
+        if value.dtype.hasobject:  # pointers, not values: hash the items
+            _hash_token(h, b"O", shape)
+            for item in value.ravel().tolist():
+                _hash_value(h, item)
+        else:  # little-endian bytes whatever the machine's order
+            a = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
+            _hash_token(h, b"A", a.dtype.str.encode() + b"|" + shape)
+            _hash_token(h, b"B", a.tobytes())
+    elif isinstance(value, np.generic):  # np.float64(x) samples what x does
+        item = value.item()
+        if isinstance(item, np.generic):
+            raise ValueError(f"a law digest cannot hash a {type(value).__name__}.")
+        _hash_value(h, item)
+    elif value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        _hash_token(h, b"S", f"{type(value).__name__}:{value!r}".encode())
+    elif isinstance(value, (list, tuple)):
+        _hash_token(h, b"L", f"{type(value).__name__}:{len(value)}".encode())
+        for item in value:
+            _hash_value(h, item)
+    elif isinstance(value, dict):
+        _hash_token(h, b"D", str(len(value)).encode())
+        for k in sorted(value, key=repr):
+            _hash_value(h, k)
+            _hash_value(h, value[k])
+    else:  # fail closed: a law that cannot be hashed cannot be checked on a retry
+        raise ValueError(
+            f"a law digest cannot hash a fitted {type(value).__name__}; the keyed release "
+            "cannot check that a retry samples the law it was charged for."
+        )
 
 
 def _wants_mean(mechanism):
@@ -436,13 +516,27 @@ class KeyedRelease:
 
     @classmethod
     def for_workers(
-        cls, fitted: BaseLabelMechanism, key: ReleaseKey, release_id: str
+        cls, fitted: BaseLabelMechanism, key: ReleaseKey, release_id: str, *, law: str
     ) -> KeyedRelease:
         """The randomizing side of a release fitted (and charged) elsewhere:
         the workers of a cluster each rebuild it from the broadcast fitted
-        mechanism and their own copy of the key file."""
+        mechanism and their own copy of the key file.
+
+        ``law`` is the :attr:`law_digest_` of the release fitted on the
+        driver (the one its ledger records): a worker refuses
+        (``ValueError``) a mechanism that samples another law.
+        """
+        received = law_digest(fitted)
+        if received != law:
+            raise ValueError(
+                f"release {release_id!r}: the fitted mechanism this worker received samples "
+                f"the law {received[:16]}..., not the law {str(law)[:16]}... the driver fitted "
+                "and recorded (was it modified, or loaded by another library version?). "
+                "Refusing to randomize; rerun the release from the driver."
+            )
         release = cls(fitted, key, release_id)
         release.fitted_ = fitted
+        release.law_digest_ = received
         return release
 
     def _row_pairs(self, row_keys, n):
@@ -517,22 +611,22 @@ class KeyedRelease:
                              epsilon=split["labels"], **no_mean)
         trial.fit(placeholder)
         delta = trial._total_cost()[1]
+        # Public inputs only: the dry run already is the mechanism (no second solve),
+        # and its law is known before the charge, which records (or checks) it.
+        law = law_digest(trial) if split is None else None
+        fingerprint = self._fingerprint(n_rows, mech)
+        recorded = False
         if self.accountant is not None:
             recorded = self.accountant.spend(
                 epsilon, delta, n_labels=n_rows,
                 description=f"keyed release {self.release_id}: {type(mech).__name__}" + (
                     f" (noisy label mean: epsilon={split['mean']:.6g})"
                     if split is not None and "mean" in split else ""),
-                release=(self.release_id, self._fingerprint(n_rows, mech)),
+                release=(self.release_id, fingerprint), release_law=law,
                 details={"mechanism": type(mech).__name__, "step": "keyed release"},
             )
-            self.ledger_entries_ = [
-                e.__dict__ for e in self.accountant.ledger if e.release_id == self.release_id
-            ]
-            self.charged_ = bool(recorded)
         noisy_mean = None
         if split is None:
-            # Public inputs only: the dry run already is the mechanism; no second solve.
             mech = trial
         else:
             noisy = (
@@ -549,6 +643,17 @@ class KeyedRelease:
             self._counts = None  # exact counts and sum are not kept past this point
             self._label_sum = 0
             mech.fit(placeholder)
+            # The law depends on the charged noisy prior: recorded (or checked against
+            # the first fit's) now, before any label is randomized.
+            law = law_digest(mech)
+            if self.accountant is not None:
+                self.accountant.record_release_law(self.release_id, fingerprint, law)
+        if self.accountant is not None:
+            self.ledger_entries_ = [
+                e.__dict__ for e in self.accountant.ledger if e.release_id == self.release_id
+            ]
+            self.charged_ = bool(recorded)
+        self.law_digest_ = law
         # The noisy mean is the release's (the mechanism's own budget is the labels').
         self.mean_epsilon_ = split.get("mean", 0.0) if split is not None else 0.0
         self.noisy_mean_, self.noisy_mean_variance_ = noisy_mean or (None, None)
@@ -609,6 +714,7 @@ class KeyedRelease:
             "epsilon_split": self.epsilon_split_,
             "delta": float(mech._total_cost()[1]),
             "n_rows": self.n_rows_,
+            "law_digest": self.law_digest_,
             "ledger_entries": _jsonable(self.ledger_entries_),
         }
         if self.noisy_mean_ is not None:
