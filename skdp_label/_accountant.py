@@ -276,8 +276,9 @@ def _parse_ledger(data, path):
                 _attach_law(entries, record)
                 continue
             keys = set(record) - {"details"}
-            if keys not in (_ENTRY_KEYS, _ENTRY_KEYS | _RELEASE_KEYS,
-                            _ENTRY_KEYS | _RELEASE_KEYS | {_LAW_KEY}) or record["record"] != "release":
+            allowed = (_ENTRY_KEYS, _ENTRY_KEYS | _RELEASE_KEYS,
+                       _ENTRY_KEYS | _RELEASE_KEYS | {_LAW_KEY})
+            if keys not in allowed or record["record"] != "release":
                 raise ValueError("not a release record")
             details = _check_details(record.get("details"))
             release_id = record.get("release_id")

@@ -37,6 +37,13 @@ How the noise is derived (docs/labels_party.md):
   Generator keyed by HMAC(secret, "mean" | release id). Only the noisy mean
   and its epsilon reach the manifest.
 
+* the law: a retry refits the mechanism, and a refit in another environment
+  (library versions, machine) can compute another one. The first fit of a
+  release id records :func:`law_digest` of its fitted mechanism in the
+  ledger, before any label is randomized, and every later fit of the id
+  must give the same digest (``ValueError`` otherwise): the same keyed noise
+  is never sampled through two laws.
+
 Labels are never hashed or used as key material.
 """
 
@@ -241,15 +248,18 @@ _LAW_FORMAT = b"skdp_label.law/1"
 def law_digest(mechanism: BaseLabelMechanism) -> str:
     """SHA-256 (hex) of the law a fitted mechanism samples.
 
-    It hashes the mechanism's class, its public parameters and every public
-    attribute its ``fit`` bound (``_fit_state``: transition matrix, inputs and
-    outputs, noise scales, a noisy prior, ...; a nested fitted mechanism is
-    hashed the same way): arrays by dtype, shape and bytes, scalars by type
-    and ``repr``. Those are public inputs and charged noisy statistics only,
-    never labels, key material or generator state. Two fits with the same
-    digest sample one law, whatever the library version or machine; a keyed
-    release records the digest at its first fit, and a retry whose refit
-    gives another one is refused (docs/labels_party.md).
+    It hashes the mechanism's class, its public parameters (as the manifest
+    carries them) and every public attribute its ``fit`` bound
+    (``_fit_state``: transition matrix, inputs and outputs, noise scales, a
+    noisy prior, ...; a nested fitted mechanism is hashed the same way):
+    numeric arrays by dtype, shape and bytes, arrays of text or objects by
+    shape and items, scalars by type and ``repr``. Those are public inputs
+    and charged noisy statistics only, never labels, key material or
+    generator state. Two fits with the same digest computed the same
+    mechanism, whatever the library versions or machine (the samplers' code
+    and their private tables derived from it are not hashed). A keyed release
+    records the digest at its first fit, and a retry whose refit gives
+    another one is refused (docs/labels_party.md).
 
     Raises
     ------
@@ -268,7 +278,9 @@ def _hash_law(h, mechanism):
         raise ValueError(f"{type(mechanism).__name__} is not fitted: it samples no law yet.")
     mechanism._check_unchanged_since_fit()  # the bound state is what it samples
     _hash_token(h, b"M", type(mechanism).__name__.encode())
-    _hash_value(h, _public_params(mechanism))
+    # The parameters as the manifest carries them (a list of classes samples what an
+    # array does); the fitted state exactly.
+    _hash_value(h, _jsonable(_public_params(mechanism)))
     _hash_value(h, dict(state))
 
 
@@ -282,7 +294,7 @@ def _hash_value(h, value):
         _hash_law(h, value)
     elif isinstance(value, np.ndarray):
         shape = repr(value.shape).encode()
-        if value.dtype.hasobject:  # pointers, not values: hash the items
+        if value.dtype.kind in "OSU":  # pointers or padded text: hash the items
             _hash_token(h, b"O", shape)
             for item in value.ravel().tolist():
                 _hash_value(h, item)
@@ -562,6 +574,16 @@ class KeyedRelease:
         n_rows : int
             Number of labels the release covers (for a private prior, the
             number counted in pass 1).
+
+        Raises
+        ------
+        ValueError
+            Before anything is randomized: bad inputs (before the charge),
+            the release id held by the ledger for another release, or a
+            retry whose refit samples another law than the ledger recorded
+            at the id's first fit (another library version or machine; with
+            a private prior, also other labels). Resume with the first run's
+            environment, or use a new release id (charged).
         """
         # A refit of this release (its id charged once) must sample from the same
         # distribution: the budget split and the solves below run without time budgets.
@@ -688,9 +710,10 @@ class KeyedRelease:
         """What the platform receives instead of a pickle (JSON-serialisable).
 
         Library version, mechanism and public parameters, epsilon and its
-        split, delta, rows, this release's ledger entries and the noise
-        description the platform needs to train and tune (transition matrix
-        or noise variance). No key, seed or label statistic.
+        split, delta, rows, the :func:`law_digest` of the fitted mechanism,
+        this release's ledger entries and the noise description the platform
+        needs to train and tune (transition matrix or noise variance). No
+        key, seed or label statistic.
         """
         if self.fitted_ is None:
             raise ValueError("fit the release first.")
