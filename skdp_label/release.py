@@ -56,6 +56,7 @@ import math
 import os
 import secrets
 import stat
+import weakref
 from numbers import Integral, Real
 from typing import Any
 
@@ -270,6 +271,30 @@ def law_digest(mechanism: BaseLabelMechanism) -> str:
     h = hashlib.sha256(_LAW_FORMAT)
     _hash_law(h, mechanism)
     return h.hexdigest()
+
+
+# Digests of the fitted mechanisms this process received (a Dask worker gets the broadcast
+# mechanism once and randomizes many partitions with it), with the parameters and bound
+# state they were computed from: reused while the parameters are equal and the state is
+# the same objects (fitted arrays are bound by identity and read-only), else recomputed.
+_RECEIVED_LAWS = weakref.WeakKeyDictionary()
+
+
+def _received_law(fitted):
+    """:func:`law_digest` of ``fitted``, hashed once per bound state in this process."""
+    fitted._check_unchanged_since_fit()
+    state = getattr(fitted, "_fit_state", None)
+    bound = (id(state), fitted._public_signature(),
+             tuple((k, id(v)) for k, v in (state or {}).items()))
+    try:
+        cached = _RECEIVED_LAWS.get(fitted)
+    except TypeError:  # not weakly referable: hash every time
+        return law_digest(fitted)
+    if cached is not None and cached[0] == bound:
+        return cached[1]
+    law = law_digest(fitted)
+    _RECEIVED_LAWS[fitted] = (bound, law)
+    return law
 
 
 def _hash_law(h, mechanism):
@@ -538,7 +563,7 @@ class KeyedRelease:
         driver (the one its ledger records): a worker refuses
         (``ValueError``) a mechanism that samples another law.
         """
-        received = law_digest(fitted)
+        received = _received_law(fitted)
         if received != law:
             raise ValueError(
                 f"release {release_id!r}: the fitted mechanism this worker received samples "

@@ -397,3 +397,21 @@ def test_cli_round_trip_records_checks_and_refuses(tmp_path, monkeypatch, capsys
     assert not (tmp_path / "other.parquet").exists()
     assert not (tmp_path / "other.parquet.manifest.json").exists()
     assert (tmp_path / "budget.jsonl").read_bytes() == recorded
+
+
+def test_a_worker_hashes_a_broadcast_mechanism_once_and_again_after_any_change(key, monkeypatch):
+    _, release = privatize(_labels(), CASES["unbiased-public-prior"](), key, "r1")
+    fitted, law = release.fitted_, release.law_digest_
+    hashed = []
+    digest = release_module.law_digest
+    monkeypatch.setattr(release_module, "law_digest", lambda m: hashed.append(1) or digest(m))
+    for _ in range(3):  # many partitions, one hash
+        KeyedRelease.for_workers(fitted, key, "r1", law=law)
+    assert len(hashed) == 1
+    # A parameter changed together with its fit signature (so the fit's own check passes)
+    # is hashed again, and refused.
+    fitted.set_params(epsilon=0.5)
+    fitted._fit_signature = fitted._public_signature()
+    with pytest.raises(ValueError, match="this worker received"):
+        KeyedRelease.for_workers(fitted, key, "r1", law=law)
+    assert len(hashed) == 2
