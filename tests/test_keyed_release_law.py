@@ -386,9 +386,11 @@ def test_cli_round_trip_records_checks_and_refuses(tmp_path, monkeypatch, capsys
     assert law_digest(mechanism_from_manifest(manifest)) == manifest["law_digest"]
     recorded = (tmp_path / "budget.jsonl").read_bytes()
 
+    capsys.readouterr()
     assert run("again.parquet") == 0  # a rerun in the same environment: identical, free
     assert (tmp_path / "again.parquet").read_bytes() == (tmp_path / "out.parquet").read_bytes()
-    capsys.readouterr()
+    err = capsys.readouterr().err
+    assert f"rerun charged nothing (its law digest {entry.release_law[:12]}" in err
 
     _another_environment(monkeypatch)
     assert run("other.parquet") == 2
