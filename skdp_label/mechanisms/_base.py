@@ -45,7 +45,7 @@ from ..utils._random import (
     release_generator,
 )
 from ..utils._repr import PrivacyReprMixin, format_number
-from ._validation import NUMPY_BELOW, EpsilonInterval, labels_within
+from ._validation import NUMPY_BELOW, EpsilonInterval, labels_within, law_epsilon
 
 __all__ = ["BaseLabelMechanism", "BaseDiscreteMechanism", "OUT_OF_BOUNDS_CONSTRAINT", "OUT_OF_BOUNDS_DOC"]
 
@@ -205,6 +205,21 @@ class BaseLabelMechanism(
         """Parameters a release of ``n_rows`` labels fixes from that public
         count, for fits that only see a placeholder (keyed releases)."""
         return {}
+
+    #: Whether the sampler draws every output with exactly its law's probability
+    #: (exact Bernoullis and exactly uniform indices only: k-ary randomized response,
+    #: RR-Top-k, ...). Its law is built at the epsilon charged; any other (tables within
+    #: 1 +- SAMPLER_RTOL of the law) at :func:`law_epsilon` of it (docs/sampling.md).
+    _exact_sampler = False
+
+    def _law_epsilon(self, epsilon=None):
+        """The epsilon this mechanism's law is built at, for a charged ``epsilon``
+        (default: ``self.epsilon``): itself for an exact sampler, else less the
+        samplers' slack, so that what is sampled costs at most what is charged."""
+        epsilon = float(self.epsilon) if epsilon is None else float(epsilon)
+        if self._exact_sampler:
+            return epsilon
+        return law_epsilon(epsilon, what=f"{type(self).__name__}: the labels' epsilon")
 
     def _release_cost(self):
         """(epsilon, delta) one label costs in ``transform``."""

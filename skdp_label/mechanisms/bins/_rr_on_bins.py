@@ -143,6 +143,7 @@ class RROnBins(BasePriorMechanism):
     7.25
     """
 
+    _exact_sampler = True  # k-ary randomized response over the bins
     _parameter_constraints = {
         **BasePriorMechanism._parameter_constraints,
         "resolution": [StrOptions({"auto"}), NumberInterval(Real, 0, None, closed="neither"), None],

@@ -77,6 +77,7 @@ class RandomizedResponse(BaseDiscreteMechanism):
     0.787
     """
 
+    _exact_sampler = True  # exact Bernoulli flip, exactly uniform replacement
     _parameter_constraints = {
         **BaseDiscreteMechanism._parameter_constraints,
         "classes": ["array-like", None],

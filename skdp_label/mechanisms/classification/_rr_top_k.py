@@ -63,6 +63,7 @@ _COMMON_PARAMETERS = """
 class _BaseTopKMechanism(BaseDiscreteMechanism):
     """RR-Top-k with a top-k set per prior; subclasses choose k."""
 
+    _exact_sampler = True  # an exact Bernoulli, exactly uniform members
     _parameter_constraints = {
         **BaseDiscreteMechanism._parameter_constraints,
         "classes": ["array-like", None],

@@ -158,6 +158,7 @@ class RPWithPrior(BasePriorMechanism):
     0.787
     """
 
+    _exact_sampler = True  # an exact Bernoulli of the rest's mass, exactly uniform positions
     _parameter_constraints = {
         **BasePriorMechanism._parameter_constraints,
         "zeta": [StrOptions({"auto"}), NumberInterval(Real, 0, None, closed="neither")],

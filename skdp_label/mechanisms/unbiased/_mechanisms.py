@@ -376,6 +376,7 @@ class DebiasedRR(_UnbiasedRoundingMixin, BaseDiscreteMechanism):
     """
     )
 
+    _exact_sampler = True  # rounding, then k-ary randomized response
     _parameter_constraints = {
         **BaseDiscreteMechanism._parameter_constraints,
         "domain": ["array-like", None],
