@@ -207,14 +207,18 @@ def _recorded_law(entries, release_id):
 
 def _check_release_law(entries, release_id, law):
     """Whether ``law`` must be recorded for ``release_id`` (no law is yet), or
-    raise ``ValueError`` if the ledger holds another law for it."""
+    raise ``ValueError`` if the ledger holds another law for it.
+
+    The message names the recorded digest only: a refused law is never shown,
+    since with a private prior it hashes a noisy histogram that was not charged
+    (the same id run over other labels)."""
     recorded = _recorded_law(entries, release_id)
     if recorded is None:
         return True
     if recorded != law:
         raise ValueError(
             f"release id {release_id!r} was first fitted to another law: the ledger records "
-            f"the law digest {recorded[:16]}..., this fit gives {law[:16]}.... A keyed "
+            f"the law digest {recorded[:16]}..., and this fit computed another. A keyed "
             "release's noise is a function of the key, the id and the rows, so sampling it "
             "through another mechanism would make a second, different release sharing the "
             "first one's noise, uncharged. The fit is a function of the public inputs, but not "

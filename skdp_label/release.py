@@ -436,6 +436,7 @@ class KeyedRelease:
         self._label_sum = 0
         self._n_counted = 0
         self.fitted_ = None
+        self.law_digest_ = None
         self.ledger_entries_ = []
 
     # -- pass 1 --------------------------------------------------------------------

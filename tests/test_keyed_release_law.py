@@ -179,14 +179,21 @@ def test_a_crash_between_the_charge_and_the_law_records_it_at_the_retry(key, led
     assert acc.ledger[0].release_law == retry.law_digest_ and acc.spent_epsilon == 1.0
 
 
-def test_the_law_of_a_private_prior_depends_on_the_labels(key, ledger):
+def test_the_law_of_a_private_prior_depends_on_the_labels(key, ledger, monkeypatch):
     # Another label column under the same id (a misuse the fingerprint cannot see):
-    # its noisy prior, hence its law, differs, and the ledger refuses it.
+    # its noisy prior, hence its law, differs, and the ledger refuses it -- without
+    # showing that law's digest, a hash of an uncharged noisy histogram.
     acc = BudgetAccountant(10, ledger=ledger)
-    privatize(_labels(), CASES["unbiased-private-prior"](), key, "r1", accountant=acc)
+    _, first = privatize(_labels(), CASES["unbiased-private-prior"](), key, "r1", accountant=acc)
     other = np.round(np.random.default_rng(1).uniform(0, 10, size=N))
-    with pytest.raises(ValueError, match=REFUSED):
+    laws = []
+    digest = release_module.law_digest
+    monkeypatch.setattr(release_module, "law_digest", lambda m: laws.append(digest(m)) or laws[-1])
+    with pytest.raises(ValueError, match=REFUSED) as refused:
         privatize(other, CASES["unbiased-private-prior"](), key, "r1", accountant=acc)
+    (refused_law,) = [law for law in laws if law != first.law_digest_]
+    assert first.law_digest_[:16] in str(refused.value)
+    assert refused_law[:8] not in str(refused.value)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
