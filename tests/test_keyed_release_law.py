@@ -124,6 +124,10 @@ def test_the_law_is_durable_before_the_first_label_is_randomized(case, key, ledg
     _count_randomizations(monkeypatch, type(CASES[case]()), calls, law_on_disk)
     _, release = privatize(_labels(), CASES[case](), key, "r1", accountant=acc)
     assert calls and seen == [release.law_digest_] * len(calls)
+    # A public-input law is written with the charge (one record); a law of the noisy
+    # prior in a law record right after it.
+    records = [json.loads(line)["record"] for line in ledger.read_text().splitlines()]
+    assert records == ["header", "release"] + (["release_law"] if "private" in case else [])
 
 
 def _strip_laws(ledger):
