@@ -8,6 +8,7 @@ import pytest
 from _audit import audit_sampler
 from scipy import stats
 
+from skdp_label.mechanisms._validation import law_epsilon
 from skdp_label import BudgetAccountant
 from skdp_label.mechanisms import RandomizedResponse, RRTopK, RRWithPrior, make_mechanism
 from skdp_label.mechanisms.classic._exponential import max_log_ratio
@@ -91,7 +92,7 @@ def test_per_prior_transition_matrices_are_exactly_epsilon_dp(epsilon):
 def test_uniform_prior_is_randomized_response():
     mech = RRWithPrior(epsilon=1.3, classes=list("abcde")).fit(list("ab"))
     assert mech.k_ == 5
-    np.testing.assert_allclose(mech.transition_matrix_, randomized_response_matrix(5, 1.3), rtol=1e-12)
+    np.testing.assert_allclose(mech.transition_matrix_, randomized_response_matrix(5, law_epsilon(1.3)), rtol=1e-12)
 
 
 @pytest.mark.parametrize("true_class", [1, 0])  # inside and outside the top-k set

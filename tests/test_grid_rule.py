@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from skdp_label.mechanisms._validation import law_epsilon
 from skdp_label.mechanisms import (
     DebiasedRR,
     ExponentialMechanism,
@@ -110,7 +111,7 @@ def test_debiased_rr_mse_matches_the_mechanism(eps, k):
     w = np.full(k, 1.0 / (k - 1))
     w[[0, -1]] /= 2
     mse = w @ np.einsum("ij,ij->i", p, (out[None, :] - g[:, None]) ** 2) + 1 / (6 * (k - 1) ** 2)
-    assert float(debiased_rr_mse(k, eps)) == pytest.approx(mse, rel=1e-9)
+    assert float(debiased_rr_mse(k, law_epsilon(eps))) == pytest.approx(mse, rel=1e-9)
 
 
 def test_debiased_rr_rule_minimises_its_error():

@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
+from skdp_label.mechanisms._validation import law_epsilon
 from skdp_label.mechanisms import RandomizedResponse, RRTopK, RRWithPrior
 from skdp_label.mechanisms.classic._randomized_response import randomized_response_matrix
 from skdp_label.mechanisms.classification._solver import rr_top_k_matrix
@@ -39,11 +40,11 @@ def test_a_fitted_mechanism_over_many_classes_pickles_small(make):
 def test_the_matrix_built_on_access_is_the_one_sampled_from():
     classes = np.array(["a", "b", "c", "d"])
     rr = RandomizedResponse(epsilon=0.7, classes=classes).fit(classes)
-    np.testing.assert_array_equal(rr.transition_matrix_, randomized_response_matrix(4, 0.7))
+    np.testing.assert_array_equal(rr.transition_matrix_, randomized_response_matrix(4, law_epsilon(0.7)))
     prior = np.array([0.5, 0.3, 0.15, 0.05])
     top = RRTopK(epsilon=0.7, classes=classes, prior=prior).fit(classes)
     in_top = np.isin(classes, top.top_k_)
-    np.testing.assert_array_equal(top.transition_matrix_, rr_top_k_matrix(in_top, 0.7))
+    np.testing.assert_array_equal(top.transition_matrix_, rr_top_k_matrix(in_top, law_epsilon(0.7)))
     # A parameter changed after fit: the matrix is still the fitted one (what
     # was sampled), and sampling refuses until the next fit.
     for mech, matrix in ((rr, rr.transition_matrix_), (top, top.transition_matrix_)):
@@ -70,4 +71,4 @@ def test_a_manifest_leaves_out_a_huge_matrix_and_still_rebuilds(key):
     assert "transition_matrix" not in manifest and len(manifest["input_values"]) == k
     assert "transition_matrix" in small.manifest()
     rebuilt = mechanism_from_manifest(manifest)
-    np.testing.assert_array_equal(rebuilt.transition_matrix_, randomized_response_matrix(k, 1.0))
+    np.testing.assert_array_equal(rebuilt.transition_matrix_, randomized_response_matrix(k, law_epsilon(1.0)))

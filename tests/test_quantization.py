@@ -16,6 +16,7 @@ from skdp_label.mechanisms import (
     make_mechanism,
     mechanism_names,
 )
+from skdp_label.mechanisms._validation import SAMPLER_SLACK, law_epsilon
 from skdp_label.mechanisms.quantization import _solver, minimal_margin
 from skdp_label.mechanisms.quantization._core import (
     end_operator,
@@ -95,8 +96,9 @@ def test_exact_loss_matches_brute_force_at_the_discontinuities(seed):
     bins = random_bins(rng, m, 1.0)
     left, right = random_selection(rng, m)
     loss = product_loss(bins, left, right)
+    # The epsilon whose law_epsilon (less the samplers' slack) the loss just fits in.
     mech = RandomizedQuantization(
-        loss * (1 + 1e-12), bounds=(LO, HI), bins=bins, selection=(left, right)
+        loss * (1 + 1e-12) + SAMPLER_SLACK, bounds=(LO, HI), bins=bins, selection=(left, right)
     ).fit([0.0])
     assert mech.privacy_loss_ == pytest.approx(loss, rel=1e-12)
     x = brute_force_points(bins)
@@ -106,7 +108,7 @@ def test_exact_loss_matches_brute_force_at_the_discontinuities(seed):
     # Never below the brute force, and attained up to the 1e-10 step below the edges.
     assert brute <= mech.privacy_loss_ * (1 + 1e-9)
     assert brute >= mech.privacy_loss_ - 1e-6
-    assert_exactly_private(mech.transition_matrix_, mech.epsilon)
+    assert_exactly_private(mech.transition_matrix_, law_epsilon(mech.epsilon))
 
 
 def test_limits_at_bin_edges_matter():
@@ -152,10 +154,12 @@ def test_calibrated_families_cost_exactly_epsilon(cls, eps):
     margin = 6.0 * minimal_margin(LO, HI, eps)
     bins = [LO - margin, -0.5, 0.0, 0.5, HI + margin]
     mech = cls(eps, bounds=(LO, HI), bins=bins).fit([0.0])
-    assert mech.privacy_loss_ <= eps
-    assert mech.privacy_loss_ == pytest.approx(eps, rel=1e-9)  # calibrated, not the loose bound
+    # Calibrated to the law's epsilon (less the samplers' slack), not the loose bound.
+    eps_law = law_epsilon(eps)
+    assert mech.privacy_loss_ <= eps_law
+    assert mech.privacy_loss_ == pytest.approx(eps_law, rel=1e-9)
     x = brute_force_points(mech.bins_)
-    assert max_log_ratio(mech.output_distribution(x)) <= eps * (1 + 1e-9)
+    assert max_log_ratio(mech.output_distribution(x)) <= eps_law * (1 + 1e-9)
 
 
 def test_paper_bounds_are_upper_bounds_for_wide_margins():

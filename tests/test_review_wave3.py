@@ -16,6 +16,7 @@ import pytest
 from scipy import stats
 from sklearn.base import clone
 
+from skdp_label.mechanisms._validation import law_epsilon
 from skdp_label._kernels import _sampling as S
 from skdp_label._kernels import _twin
 from skdp_label._kernels._pcg64 import PCG64Stream, call_with_stream, inlinable
@@ -441,7 +442,7 @@ def test_audited_matrix_is_the_sampled_one():
         assert k == 4
     # RR's matrix is the closed form at the fitted epsilon.
     rr = _fitted_discrete()[0]
-    np.testing.assert_array_equal(rr.transition_matrix_, randomized_response_matrix(4, 0.7))
+    np.testing.assert_array_equal(rr.transition_matrix_, randomized_response_matrix(4, law_epsilon(0.7)))
 
 
 # -- 6. manifests ------------------------------------------------------------------------

@@ -104,19 +104,29 @@ def _fit(cls=OptimalUnbiased, eps=1.0, seed=3):
     return cls(eps, bounds=(0, 10), resolution=1.0, random_state=seed).fit(_Y)
 
 
-def test_a_matrix_set_after_fit_is_sampled_not_the_stale_tables():
-    used = _fit()
-    other = used.transition_matrix_[::-1, ::-1].copy()  # another two-level matrix, same shape
+def test_a_matrix_set_after_fit_is_refused_and_the_fitted_one_cannot_be_edited():
+    # The tables are a cache of the fitted matrix: a matrix set after fit (even
+    # another two-level, epsilon-DP one) is refused before the charge, and the
+    # fitted one is read-only, so the cache can never be stale.
+    acc = BudgetAccountant()
+    used = _fit().set_params(accountant=acc)
+    used = used.fit(_Y)
+    fitted = used.transition_matrix_
     before = used.transform(_Y)  # builds the interval tables of the eps = 1 matrix
     assert used._interval_tables() is not None
-    used.transition_matrix_ = other.copy()
-    law, _ = interval_law(used._interval_tables())
-    np.testing.assert_allclose(law, other / other.sum(axis=1, keepdims=True), rtol=1e-9, atol=0)
-    fresh = _fit()
-    fresh.transition_matrix_ = other.copy()  # set before any table was built
-    after = used.transform(_Y)
-    np.testing.assert_array_equal(after, fresh.transform(_Y))
-    assert not np.array_equal(after, before)
+    with pytest.raises(ValueError, match="read-only"):
+        fitted[0, 0] = 0.5
+    spent = acc.spent_epsilon
+    for other in (fitted[::-1, ::-1].copy(), fitted.copy() * 0 + 1.0 / fitted.shape[1]):
+        used.transition_matrix_ = other
+        with pytest.raises(ValueError, match=r"fitted attribute\(s\) transition_matrix_ changed"):
+            used.transform(_Y)
+        assert acc.spent_epsilon == spent
+    used.transition_matrix_ = fitted.copy()  # equal, but not what fit bound: refused too
+    with pytest.raises(ValueError, match="transition_matrix_ changed"):
+        used.transform(_Y)
+    used.transition_matrix_ = fitted
+    np.testing.assert_array_equal(used.transform(_Y), before)
 
 
 @pytest.mark.parametrize("how", ["pickle", "deepcopy", "clone"])
@@ -422,6 +432,11 @@ def test_a_matrix_of_another_shape_is_refused_before_anything_is_spent(name, sha
     mech.transition_matrix_ = (np.hstack([matrix, matrix]) / 2 if shape == "wide"
                                else matrix[:3])
     spent = acc.spent_epsilon
+    with pytest.raises(ValueError, match=r"transition_matrix_ changed since fit"):
+        mech.transform(y)
+    # Without the fit's binding (a pickle of an earlier version), the shape
+    # check still refuses before the kernels read past the arrays.
+    del mech._fit_state
     with pytest.raises(ValueError, match=r"transition_matrix_ has shape"):
         mech.transform(y)
     assert acc.spent_epsilon == spent

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy import optimize, sparse, stats
 
+from skdp_label.mechanisms._validation import law_epsilon
 from skdp_label import BudgetAccountant
 from skdp_label.mechanisms import RROnBins, make_mechanism
 from skdp_label.mechanisms._prior import nearest_by_search, nearest_domain_index
@@ -84,7 +85,7 @@ def test_equals_plain_algorithm_2(loss):
         values, probs = random_prior(rng, k)
         eps = EPSILONS[trial % len(EPSILONS)]
         mech = fit_public(values, probs, eps, loss)
-        ref, bins, _ = alg2(values, probs, eps, loss)
+        ref, bins, _ = alg2(values, probs, law_epsilon(eps), loss)
         if isinstance(loss, str):
             assert mech.noisy_label_loss_ == pytest.approx(ref, rel=1e-10, abs=1e-12)
         else:
@@ -102,9 +103,9 @@ def test_coarse_start_and_pruning_stay_exact(loss):
     for eps in [0.5, 3.0, 8.0]:
         values = np.sort(rng.choice(np.arange(500), size=40, replace=False)).astype(float)
         probs = rng.dirichlet(np.full(40, 0.5))
-        ref, _, _ = alg2(values, probs, eps, loss)
-        sol = solve_support(values, probs, eps, loss, coarse=6)
-        bin_values, bin_map, _ = optimal_bins(values, probs, eps, loss)
+        ref, _, _ = alg2(values, probs, law_epsilon(eps), loss)
+        sol = solve_support(values, probs, law_epsilon(eps), loss, coarse=6)
+        bin_values, bin_map, _ = optimal_bins(values, probs, law_epsilon(eps), loss)
         assert sol.ratio == pytest.approx(ref, rel=1e-10)
         mech = fit_public(values, probs, eps, loss)
         assert mech.noisy_label_loss_ == pytest.approx(ref, rel=1e-10)
@@ -155,7 +156,7 @@ def test_bin_structure():
     assert np.all(np.diff(mech.bin_map_) >= 0)  # Phi non-decreasing: bins are intervals
     assert set(mech.bin_map_) == set(range(m))
     # Each bin value is the weighted mean under weights p (1 + lam [y in bin]).
-    lam = math.expm1(3.0)
+    lam = math.expm1(law_epsilon(3.0))  # the law's epsilon (less the samplers' slack)
     for j in range(m):
         w = probs * (1 + lam * (mech.bin_map_ == j))
         assert mech.output_values_[j] == pytest.approx(np.dot(w, values) / w.sum(), rel=1e-12)
@@ -171,7 +172,7 @@ def test_masses_below_prefix_sum_resolution(loss):
         probs = rng.dirichlet(np.full(14, 0.5))
         probs[rng.choice(14, size=6, replace=False)] = [1e-300, 1e-30, 1e-20, 1e-18, 1e-250, 1e-17]
         probs /= probs.sum()
-        ref, _, _ = alg2(values, probs, eps, loss)
+        ref, _, _ = alg2(values, probs, law_epsilon(eps), loss)
         mech = fit_public(values, probs, eps, loss)
         assert mech.noisy_label_loss_ == pytest.approx(ref, rel=1e-9)
 
@@ -227,7 +228,7 @@ def test_private_prior_accounting():
     assert hist == pytest.approx(math.sqrt(21 / 3000))  # 000's eps1 = sqrt(|Y| / n)
     assert hist + labels == pytest.approx(2.0, rel=1e-12)
     # The mechanism is a function of the noisy prior and eps2 only.
-    bin_values, bin_map, _ = optimal_bins(mech.input_values_, mech.prior_, labels, "squared")
+    bin_values, bin_map, _ = optimal_bins(mech.input_values_, mech.prior_, law_epsilon(labels), "squared")
     np.testing.assert_array_equal(mech.output_values_, bin_values)
     np.testing.assert_array_equal(mech.bin_map_, bin_map)
     assert max_log_ratio(mech.transition_matrix_) <= labels * (1 + 1e-9)

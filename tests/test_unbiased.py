@@ -17,6 +17,7 @@ from skdp_label.mechanisms.unbiased import (
     feasible_output_set,
     randomized_rounding_indices,
 )
+from skdp_label.mechanisms._validation import law_epsilon
 from skdp_label.mechanisms.unbiased._solver import staircase_lower_bound
 
 
@@ -63,7 +64,8 @@ def assert_exact(mech):
     """Exact epsilon-DP, stochastic rows, exact unbiasedness of the matrix."""
     m = mech.transition_matrix_
     y = mech.input_values_
-    eps = float(mech.epsilon) - getattr(mech, "prior_epsilon_", 0.0)
+    # The law's epsilon: the labels' share, less the samplers' slack unless exact.
+    eps = mech._law_epsilon(float(mech.epsilon) - getattr(mech, "prior_epsilon_", 0.0))
     assert np.all(m > 0)
     log_ratio = np.log(m.max(axis=0)) - np.log(m.min(axis=0))
     assert log_ratio.max() <= eps * (1 + 1e-9)
@@ -81,6 +83,7 @@ def test_continuous_optimum_beats_grid_lp(k, eps, seed):
     y, p = random_prior(rng, k, zeros=seed == 1)
     mech = OptimalUnbiased(epsilon=eps, prior=(y, p), random_state=0).fit(y[:1])
     assert_exact(mech)
+    eps = law_epsilon(eps)  # the law's epsilon (less the samplers' slack)
     grid = feasible_output_set(y, eps, 40)
     lp = reference_grid_lp(y, p, grid, eps)
     scale = p @ (y - p @ y) ** 2 + 1.0
@@ -98,6 +101,7 @@ def test_grid_option_matches_reference_lp(k, eps, seed):
     y, p = random_prior(rng, k)
     mech = OptimalUnbiased(epsilon=eps, prior=(y, p), outputs=25, random_state=0).fit(y[:1])
     assert_exact(mech)
+    eps = law_epsilon(eps)  # the law's epsilon (less the samplers' slack)
     lp = reference_grid_lp(y, p, feasible_output_set(y, eps, 25), eps)
     assert mech.noisy_label_loss_ == pytest.approx(lp, rel=1e-6, abs=1e-9)
     grid = feasible_output_set(y, eps, 25)
@@ -206,7 +210,7 @@ def test_private_prior_budget_and_grid_for_label_epsilon():
     assert len(acc.ledger) == 2  # noisy histogram + randomized labels
     assert_exact(mech)
     # 001 Alg. 3 with the typo fixed: the grid is built for epsilon_2.
-    eps2 = 2.0 - mech.prior_epsilon_
+    eps2 = law_epsilon(2.0 - mech.prior_epsilon_)  # less the samplers' slack
     grid = feasible_output_set(mech.input_values_, eps2, 20)
     assert np.all(np.isin(mech.output_values_, grid))
     assert mech.prior_.sum() == pytest.approx(1.0)
@@ -292,7 +296,7 @@ def test_fallback_is_debiased_rr_not_the_grid_lp(monkeypatch):
     assert_exact(mech)
     assert np.isnan(mech.lower_bound_)
     np.testing.assert_allclose(
-        mech.output_values_, debiased_rr_outputs(np.array(prior[0]), 1.0), rtol=1e-12
+        mech.output_values_, debiased_rr_outputs(np.array(prior[0]), law_epsilon(1.0)), rtol=1e-12
     )
 
 

@@ -9,6 +9,7 @@ from sklearn.metrics import pairwise_distances_argmin
 from sklearn.preprocessing import StandardScaler
 
 from ..mechanisms._prior import noisy_histogram
+from ..mechanisms._validation import MIN_SHARE_EPSILON
 from ..utils._random import simulation_generator
 
 __all__ = [
@@ -30,10 +31,13 @@ def cluster_prior_epsilon(epsilon, n_samples, n_clusters, n_classes):
     most half of ``epsilon``: relative to the budget, so that it never
     exceeds it at small epsilon. Half is what small epsilons want: on
     digits, anes96 and fair-rating, a share of epsilon / 2 beat 1/4 and 1/10
-    at every epsilon <= 0.3 (``benchmarks/bench_cluster_prior.py``).
+    at every epsilon <= 0.3 (``benchmarks/bench_cluster_prior.py``). At least
+    ``MIN_SHARE_EPSILON`` (half of the smallest epsilon): the histograms' law
+    is built at ``law_epsilon`` of it, which refuses less (after its charge).
     """
     n_cells = min(int(n_clusters), int(n_samples)) * int(n_classes)
-    return min(math.sqrt(n_cells / n_samples), _MAX_CLUSTER_PRIOR_SHARE * float(epsilon))
+    share = min(math.sqrt(n_cells / n_samples), _MAX_CLUSTER_PRIOR_SHARE * float(epsilon))
+    return max(share, MIN_SHARE_EPSILON)
 
 
 class FeatureClusters(NamedTuple):

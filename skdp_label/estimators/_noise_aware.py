@@ -31,6 +31,7 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ..mechanisms._validation import MIN_SHARE_EPSILON
 from ..mechanisms.classification._solver import keep_probability
 
 __all__ = [
@@ -215,9 +216,12 @@ def class_prior_epsilon(epsilon, n_samples, n_classes):
     000's rule for the prior of RR-on-Bins (Thm. 7), relative to epsilon: the
     histogram's error (discrete Laplace of scale 2 / eps_1 on n counts) and
     the labels' loss from a smaller budget balance at eps_1 ~ sqrt(K / n);
-    the cap keeps at least half of the budget for the labels.
+    the cap keeps at least half of the budget for the labels. At least
+    ``MIN_SHARE_EPSILON`` (half of the smallest epsilon): the histogram's law
+    is built at ``law_epsilon`` of it, which refuses less (after its charge).
     """
-    return min(math.sqrt(float(n_classes) / float(n_samples)), 0.5 * float(epsilon))
+    share = min(math.sqrt(float(n_classes) / float(n_samples)), 0.5 * float(epsilon))
+    return max(share, MIN_SHARE_EPSILON)
 
 
 def histogram_noise_sd(prior_epsilon, n_samples):

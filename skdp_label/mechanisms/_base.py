@@ -23,6 +23,7 @@ Privacy bookkeeping, done here once for all mechanisms:
 
 from __future__ import annotations
 
+import threading
 from abc import ABCMeta, abstractmethod
 from numbers import Real
 from typing import Any, Self
@@ -44,7 +45,7 @@ from ..utils._random import (
     release_generator,
 )
 from ..utils._repr import PrivacyReprMixin, format_number
-from ._validation import NUMPY_BELOW, EpsilonInterval, labels_within
+from ._validation import NUMPY_BELOW, EpsilonInterval, labels_within, law_epsilon
 
 __all__ = ["BaseLabelMechanism", "BaseDiscreteMechanism", "OUT_OF_BOUNDS_CONSTRAINT", "OUT_OF_BOUNDS_DOC"]
 
@@ -62,6 +63,13 @@ OUT_OF_BOUNDS_DOC = """    out_of_bounds : {{'raise', 'clip'}}, default='raise'
 # future noise, and how much it prints. Everything else (epsilon, bounds,
 # classes, prior, delta, the accountant, ...) is bound to what fit computed.
 _UNBOUND_PARAMS = frozenset({"random_state", "out_of_bounds", "verbose"})
+# Fitted attributes that count releases (they change with every charge); every
+# other public fitted attribute is bound to the fit, like the parameters.
+_USAGE_ATTRIBUTES = frozenset({"epsilon_spent_", "delta_spent_", "charges_"})
+# Guards the read-modify-write of those counts (two threads charging one
+# object must both be counted). Never held across the accountant's spend,
+# which may wait on a file lock.
+_COUNTS_LOCK = threading.Lock()
 
 
 def _canonical(value):
@@ -80,6 +88,26 @@ def _canonical(value):
         return ("hash", public_fingerprint(value))
     except Exception:  # e.g. a lambda loss: compare by identity
         return ("object", id(value))
+
+
+def _equal_arrays(a, b):
+    nan = a.dtype.kind in "fc" and b.dtype.kind in "fc"
+    return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=nan)
+
+
+def _same_fitted(bound, now):
+    """Whether a fitted attribute is still what fit left (see ``_fitted_state``)."""
+    if bound is now:
+        return True
+    if isinstance(bound, np.ndarray) or isinstance(now, np.ndarray):
+        return False  # arrays are bound by identity (and read-only)
+    if type(bound) is not type(now):
+        return False
+    if isinstance(bound, (Real, np.generic)):
+        return bool(bound == now) or (bound != bound and now != now)  # NaN is NaN
+    if isinstance(bound, (type(None), str, tuple)):
+        return _canonical(bound) == _canonical(now)
+    return False  # other objects are bound by identity
 
 
 class BaseLabelMechanism(
@@ -130,6 +158,13 @@ class BaseLabelMechanism(
 
     def __setstate__(self, state):
         super().__setstate__(self._without_packed_caches(state))
+        # A pickle (or deepcopy) keeps which objects are shared, not numpy's
+        # read-only flags: bind the fitted arrays again. A pickle made before
+        # fits were bound is bound to what it holds.
+        if vars(self).get("_fit_signature") is not None and "_fit_state" not in vars(self):
+            self._fit_state = self._fitted_state()
+        elif vars(self).get("_fit_state") is not None:
+            self._rebind_fitted_arrays()
 
     def _without_packed_caches(self, state):
         return {k: v for k, v in state.items() if k not in self._PACKED_CACHES}
@@ -170,6 +205,16 @@ class BaseLabelMechanism(
         """Parameters a release of ``n_rows`` labels fixes from that public
         count, for fits that only see a placeholder (keyed releases)."""
         return {}
+
+    def _law_epsilon(self, epsilon=None):
+        """The epsilon this mechanism's law is built at, for a charged ``epsilon``
+        (default: ``self.epsilon``): less the samplers' slack, so that what is
+        sampled costs at most what is charged. Every sampler takes it: the
+        tables' draws are within 1 +- SAMPLER_RTOL of the law, and even an exact
+        Bernoulli draws a law whose parameter (randomized response's flip
+        probability, from a rounded e^-epsilon) is a rounded float."""
+        epsilon = float(self.epsilon) if epsilon is None else float(epsilon)
+        return law_epsilon(epsilon, what=f"{type(self).__name__}: the labels' epsilon")
 
     def _release_cost(self):
         """(epsilon, delta) one label costs in ``transform``."""
@@ -225,6 +270,44 @@ class BaseLabelMechanism(
                 "fitted mechanism was computed for the old values, so it would not cost what "
                 "would be charged. Call fit again (or fit_transform) before transforming."
             )
+        bound = getattr(self, "_fit_state", None)
+        if bound is None:
+            return
+        now = vars(self)
+        changed = sorted(k for k, v in bound.items() if k not in now or not _same_fitted(v, now[k]))
+        if changed:
+            raise ValueError(
+                f"{type(self).__name__}: fitted attribute(s) {', '.join(changed)} changed since "
+                "fit; epsilon was charged for the mechanism fit computed, so only that one is "
+                "sampled. Call fit again (or fit_transform) before transforming."
+            )
+
+    def _fitted_state(self):
+        """The public fitted attributes as fit left them, which
+        :meth:`_check_unchanged_since_fit` compares with: arrays by identity
+        (made read-only, so an in-place edit raises), scalars and tuples by
+        value, other objects by identity. The release counts
+        (``_USAGE_ATTRIBUTES``) are left out."""
+        state = {}
+        for name, value in vars(self).items():
+            if name.startswith("_") or not name.endswith("_") or name in _USAGE_ATTRIBUTES:
+                continue
+            if isinstance(value, np.ndarray):
+                value.setflags(write=False)
+            state[name] = value
+        return state
+
+    def _rebind_fitted_arrays(self):
+        """After a load: bind the loaded arrays again. A pickle keeps shared
+        objects shared, but not read-only flags, and joblib's pickler stores
+        every array apart (two equal copies): an attribute equal to its bound
+        copy becomes the bound array; one that differs stays refused."""
+        for name, bound in self._fit_state.items():
+            current = vars(self).get(name)
+            if isinstance(bound, np.ndarray):
+                if isinstance(current, np.ndarray) and _equal_arrays(bound, current):
+                    self._fit_state[name] = bound = current
+                bound.setflags(write=False)
 
     # -- label validation -------------------------------------------------
     def _validate_labels(self, y, *, reset):
@@ -309,13 +392,14 @@ class BaseLabelMechanism(
         """
         context = dict(getattr(self, "_ledger_context", None) or {})
         details = {**context, "mechanism": type(self).__name__, "step": step}
-        before = {k: vars(self)[k] for k in ("epsilon_spent_", "delta_spent_") if k in vars(self)}
         # Counted before the ledger is written: an interrupt (KeyboardInterrupt,
         # SystemExit) after the write would otherwise leave this object's count
         # below the ledger's. An interrupted spend may over-count, never under-count.
-        counted = {"epsilon_spent_": before.get("epsilon_spent_", 0.0) + epsilon,
-                   "delta_spent_": before.get("delta_spent_", 0.0) + delta}
-        vars(self).update(counted)
+        with _COUNTS_LOCK:
+            before = {k: vars(self)[k] for k in ("epsilon_spent_", "delta_spent_") if k in vars(self)}
+            counted = {"epsilon_spent_": before.get("epsilon_spent_", 0.0) + epsilon,
+                       "delta_spent_": before.get("delta_spent_", 0.0) + delta}
+            vars(self).update(counted)
         if self.accountant is not None:
             owner = f"{context['estimator']}: " if "estimator" in context else ""
             try:
@@ -331,19 +415,19 @@ class BaseLabelMechanism(
                 # is restored exactly, unless another thread counted a spend on this
                 # object meanwhile (the spend can wait on a file lock): then only this
                 # call's cost is taken back, never the other's.
-                for name, cost in (("epsilon_spent_", epsilon), ("delta_spent_", delta)):
-                    if vars(self).get(name) is not counted[name]:
-                        setattr(self, name, getattr(self, name, cost) - cost)
-                    elif name in before:
-                        setattr(self, name, before[name])
-                    else:
-                        delattr(self, name)
+                with _COUNTS_LOCK:
+                    for name, cost in (("epsilon_spent_", epsilon), ("delta_spent_", delta)):
+                        if vars(self).get(name) is not counted[name]:
+                            setattr(self, name, getattr(self, name, cost) - cost)
+                        elif name in before:
+                            setattr(self, name, before[name])
+                        else:
+                            delattr(self, name)
                 raise
         # Costs and public context only (what privacy_report() shows).
-        self.charges_ = [
-            *getattr(self, "charges_", []),
-            {**details, "epsilon": float(epsilon), "delta": float(delta), "n_labels": int(n_labels)},
-        ]
+        entry = {**details, "epsilon": float(epsilon), "delta": float(delta), "n_labels": int(n_labels)}
+        with _COUNTS_LOCK:
+            self.charges_ = [*getattr(self, "charges_", []), entry]
 
     # -- scikit-learn API ---------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=True)
@@ -376,9 +460,11 @@ class BaseLabelMechanism(
         self.__dict__.pop("charges_", None)  # charges_ lists this fit's charges, then its releases
         # A seeded mechanism's noise is replayed from its seed: its fit must
         # give the same distribution on any machine (no time budget decides).
+        self._fit_state = None
         with reproducible_fits(self.random_state is not None):
             self._fit_mechanism(y2d)
         self._fit_signature = self._public_signature()
+        self._fit_state = self._fitted_state()
         return self
 
     def transform(self, y: ArrayLike) -> np.ndarray:

@@ -20,7 +20,14 @@ from sklearn.utils._param_validation import StrOptions
 from .._kernels._sampling import staircase_noise
 from ._base import OUT_OF_BOUNDS_CONSTRAINT, BaseDiscreteMechanism
 from ._grid_rule import auto_grid
-from ._validation import NUMPY_BELOW, EpsilonInterval, NumberInterval, check_bounds
+from ._validation import (
+    MIN_SHARE_EPSILON,
+    NUMPY_BELOW,
+    EpsilonInterval,
+    NumberInterval,
+    check_bounds,
+    law_epsilon,
+)
 from ..utils._repr import public_repr
 
 __all__ = [
@@ -139,6 +146,10 @@ def split_epsilon(epsilon, prior_epsilon, n_labels, domain_size, rule=None):
     """
     if prior_epsilon == "auto":
         eps1 = (rule or sqrt_rule)(epsilon, n_labels, domain_size)
+        if eps1 < MIN_SHARE_EPSILON or epsilon - eps1 < MIN_SHARE_EPSILON:
+            # A share too small to build a sampled law at (law_epsilon): the rule's
+            # no-spend path, the public uniform prior.
+            eps1 = 0.0
     else:
         eps1 = float(prior_epsilon)
         if not 0 < eps1 < epsilon:
@@ -146,6 +157,12 @@ def split_epsilon(epsilon, prior_epsilon, n_labels, domain_size, rule=None):
                 f"prior_epsilon must be in (0, epsilon={epsilon:g}) when the prior is "
                 f"estimated from the labels; got {public_repr(prior_epsilon)}."
             )
+    if epsilon - eps1 < MIN_SHARE_EPSILON:
+        raise ValueError(
+            f"the labels' share of epsilon, {epsilon - eps1:.3g} (epsilon={epsilon:g} less "
+            f"prior_epsilon={eps1:g}), is below {MIN_SHARE_EPSILON:g}, the smallest budget a "
+            "sampled law is built at; give the labels a larger share (a smaller prior_epsilon)."
+        )
     return eps1, epsilon - eps1
 
 
@@ -185,7 +202,10 @@ def noisy_histogram_from_counts(counts, epsilon, rng):
     """:func:`noisy_histogram` of exact counts (e.g. summed over batches)."""
     counts = np.asarray(counts, dtype=np.float64)
     n_bins = counts.shape[0]
-    noise = staircase_noise(rng, epsilon / 2.0, 1, 1, size=n_bins)
+    # A changed label moves two counts, each drawn within 1 +- SAMPLER_RTOL of
+    # its law: the law is built at epsilon less twice the samplers' slack.
+    rate = law_epsilon(epsilon, draws=2, what="the noisy histogram's epsilon") / 2.0
+    noise = staircase_noise(rng, rate, 1, 1, size=n_bins)
     noisy = norm_sub(counts + noise)
     total = noisy.sum()
     if total <= 0:
@@ -254,6 +274,7 @@ def noisy_mean_from_sum(total, n, bounds, epsilon, rng):
     from ``rng``; returns ``(mean, variance bound)``."""
     lo, hi = float(bounds[0]), float(bounds[1])
     n = int(n)
+    epsilon = law_epsilon(epsilon, what="the noisy mean's epsilon")  # the law's (docs/sampling.md)
     noise = staircase_noise(rng, epsilon / MEAN_UNITS, 1, 1, size=1)
     total = float(total) + float(noise[0])
     unit = (hi - lo) / (MEAN_UNITS * n)
@@ -469,4 +490,4 @@ class BasePriorMechanism(BaseDiscreteMechanism):
     def _fit_mechanism(self, y):
         values, self.prior_, eps_labels = self._fit_prior(y)
         self.input_values_ = values
-        self._build_mechanism(values, self.prior_, eps_labels)
+        self._build_mechanism(values, self.prior_, self._law_epsilon(eps_labels))

@@ -14,6 +14,10 @@ __all__ = [
     "NumberInterval",
     "EpsilonInterval",
     "MIN_EPSILON",
+    "MIN_SHARE_EPSILON",
+    "SAMPLER_RTOL",
+    "SAMPLER_SLACK",
+    "law_epsilon",
     "check_bounds",
     "check_labels_in_bounds",
     "check_squared_span",
@@ -24,10 +28,57 @@ __all__ = [
     "encode_classes",
 ]
 
+#: eta: every non-exact sampler (per-row alias tables, interval tables, the cell and
+#: piece tables of the additive noise, the geometric by a logarithm) draws each output
+#: with a probability within a factor 1 +- eta of its law, checked when its tables are
+#: built (``_kernels``: ``_ALIAS_RTOL``, ``_interval._RTOL``; docs/sampling.md).
+SAMPLER_RTOL = 1e-9
+
+#: tau: the epsilon a non-exact sampler can add to its law's. A ratio of two sampled
+#: probabilities is within (1 + eta) / (1 - eta) of the law's, so the sampled law loses
+#: at most ln((1 + eta) / (1 - eta)) = 2 eta + 2 eta**3 / 3 + ... = 2.0000000000000000007e-9
+#: more than the law; the margin (1e-10, i.e. 5e-11 relative on each probability) covers
+#: what the bounds above leave out: the float rounding of an exponential in an exact
+#: acceptance (Gaussian: ~|arg| 2**-53), of a flip probability, of a table's own check.
+#: Laws are built at ``law_epsilon(epsilon)``, epsilon less tau per noisy draw a
+#: changed label moves, so what is sampled is epsilon-DP for the epsilon charged.
+SAMPLER_SLACK = 2.1e-9
+
 #: Smallest positive budget (epsilon, prior_epsilon, mean_epsilon) accepted: far below
-#: any useful one, and far above the rates the exact noise samplers represent (a share of
-#: it, over 2**16 mean units, stays above their floor of 2**-63 per unit).
-MIN_EPSILON = 1e-9
+#: any useful one, and large enough that the samplers' slack is a small part of it
+#: (tau <= 2.1 %), and of the shares (prior, mean, labels) a budget is split into.
+MIN_EPSILON = 1e-7
+
+#: Smallest share of a budget a non-exact law is built at (a prior's, a mean's or the
+#: labels' part of ``epsilon``; half of :data:`MIN_EPSILON`): tau is then at most 4.2 %
+#: of it (8.4 % for a histogram, whose changed label moves two noisy counts). The
+#: budget-splitting rules drop a smaller prior or mean share (nothing is spent on it),
+#: and a smaller share left to the labels is refused before anything is spent.
+MIN_SHARE_EPSILON = MIN_EPSILON / 2
+
+
+def law_epsilon(epsilon, draws=1, *, what="epsilon"):
+    """The epsilon a law sampled by a non-exact sampler is built at.
+
+    ``epsilon - draws * SAMPLER_SLACK``: ``draws`` is the number of noisy
+    draws one changed label moves (1 for a label's own output, 2 for a
+    histogram, where it leaves one count for another). The sampled law is
+    then ``epsilon``-DP; ``epsilon`` is what is charged.
+
+    Raises
+    ------
+    ValueError
+        When ``epsilon`` is below :data:`MIN_SHARE_EPSILON` (``what`` names
+        it): the slack would be a large part of it, or all of it.
+    """
+    epsilon = float(epsilon)
+    if not epsilon >= MIN_SHARE_EPSILON:
+        raise ValueError(
+            f"{what} = {epsilon:.3g} is below {MIN_SHARE_EPSILON:g}, the smallest budget a "
+            f"sampled law is built at (the samplers' slack, {draws * SAMPLER_SLACK:.2g}, would "
+            "be a large part of it); give it a larger share of a larger epsilon."
+        )
+    return epsilon - draws * SAMPLER_SLACK
 
 
 class NumberInterval(Interval):

@@ -14,7 +14,13 @@ from ..._accountant import BudgetAccountant
 from .._base import BaseLabelMechanism
 from .._prior import MEAN_UNITS, BasePriorMechanism, noisy_mean, resolve_domain
 from .._registry import register_mechanism
-from .._validation import EpsilonInterval, NumberInterval, check_bounds, check_squared_span
+from .._validation import (
+    MIN_SHARE_EPSILON,
+    EpsilonInterval,
+    NumberInterval,
+    check_bounds,
+    check_squared_span,
+)
 from ..bins import RROnBins
 from ..unbiased import BiasVarianceRandomizer, OptimalUnbiased
 from ..unbiased._mechanisms import auto_grid_size
@@ -369,12 +375,17 @@ class AutoRegression(BasePriorMechanism):
             risks, _ = compare_candidates(values, probs, epsilon, n_eff, self._candidate_names())
             var = prior_variance(values, probs)
             lost = min(r["risk"] for r in risks.values()) / var if risks and var > 0 else 1.0
-            return mean_share_rule(epsilon, int(n_labels), lost) * epsilon
+            # Both shares at least MIN_SHARE_EPSILON (law_epsilon): the rest first
+            # (epsilon >= 2 of them), and a smaller mean share is not spent at all.
+            eps_mean = min(mean_share_rule(epsilon, int(n_labels), lost) * epsilon,
+                           epsilon - MIN_SHARE_EPSILON)
+            return eps_mean if eps_mean >= MIN_SHARE_EPSILON else 0.0
         eps_mean = float(self.mean_epsilon)
-        if not eps_mean < epsilon:
+        if not epsilon - eps_mean >= MIN_SHARE_EPSILON:
             raise ValueError(
-                f"AutoRegression: mean_epsilon must be in [0, epsilon={epsilon:g}) (the labels "
-                f"need a share); got {eps_mean:g}."
+                f"AutoRegression: mean_epsilon must be in [0, epsilon={epsilon:g}) and leave the "
+                f"labels at least {MIN_SHARE_EPSILON:g} (the smallest budget a sampled law is "
+                f"built at); got {eps_mean:g}."
             )
         return eps_mean
 
@@ -402,6 +413,11 @@ class AutoRegression(BasePriorMechanism):
             self.noisy_mean_, self.noisy_mean_variance_ = noisy_mean(
                 y[:, 0], self._label_range(), eps_mean, rng)
         return super()._fit_prior(y, rest)
+
+    def _law_epsilon(self, epsilon=None):
+        # The candidates are mechanisms fitted at the labels' epsilon: each
+        # builds its law at its own law_epsilon (the slack taken once, there).
+        return float(self.epsilon) if epsilon is None else float(epsilon)
 
     def _release_cost(self):
         # The same operations as budget_split's: the ledger adds up to epsilon.

@@ -43,7 +43,7 @@ from ..._kernels._sampling import (
 from ...utils._random import power_of_two_grid
 from .._base import OUT_OF_BOUNDS_CONSTRAINT, OUT_OF_BOUNDS_DOC, BaseLabelMechanism
 from .._registry import register_mechanism
-from .._validation import NumberInterval, check_bounds, check_integer_labels
+from .._validation import SAMPLER_RTOL, NumberInterval, check_bounds, check_integer_labels
 from ._noise import (
     gaussian_cell_table,
     gaussian_sigma,
@@ -212,7 +212,7 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
 
     def _noise_decay(self, sensitivity_units):
         # Staircases: epsilon per block of width the sensitivity.
-        return float(self.epsilon), sensitivity_units
+        return self._law_epsilon(), sensitivity_units
 
     def _noise_units(self, n, sensitivity_units, rng):
         lam, width, r = self._staircase(sensitivity_units)
@@ -299,10 +299,10 @@ class BaseStaircaseFamily(BaseAdditiveMechanism):
 
 class _LaplaceFamily(BaseStaircaseFamily):
     def _noise_decay(self, sensitivity_units):
-        return float(self.epsilon) / sensitivity_units, 1
+        return self._law_epsilon() / sensitivity_units, 1
 
     def _staircase(self, sensitivity_units):
-        return float(self.epsilon) / sensitivity_units, 1, 1
+        return self._law_epsilon() / sensitivity_units, 1, 1
 
 
 @register_mechanism("laplace", task="regression")
@@ -434,7 +434,7 @@ class Staircase(BaseStaircaseFamily):
 
     def _staircase(self, sensitivity_units):
         r = min(max(1, round(self.gamma_ * sensitivity_units)), sensitivity_units)
-        return float(self.epsilon), sensitivity_units, r
+        return self._law_epsilon(), sensitivity_units, r
 
 
 @register_mechanism("discrete-staircase", task="regression")
@@ -498,7 +498,7 @@ class DiscreteStaircase(BaseStaircaseFamily):
             self.r_ = int(self.r)
 
     def _staircase(self, sensitivity_units):
-        return float(self.epsilon), sensitivity_units, self.r_
+        return self._law_epsilon(), sensitivity_units, self.r_
 
 
 @register_mechanism("gaussian", task="regression")
@@ -563,14 +563,25 @@ class Gaussian(BaseAdditiveMechanism):
         # at 1 and scaled (the root finder fails on spans like 1e-290).
         return sensitivity * gaussian_sigma(float(self.epsilon), float(self.delta), 1.0)
 
+    def _law_sigma(self, sensitivity_units):
+        """sigma (grid units) of the law sampled: (epsilon, delta)-DP as sampled.
+
+        Sampled probabilities are within 1 +- SAMPLER_RTOL of the law's, so a law
+        that is (epsilon', delta')-DP is sampled (epsilon' + tau, delta' (1 +
+        SAMPLER_RTOL))-DP: it is built at epsilon less the slack and at
+        delta (1 - SAMPLER_RTOL) (delta (1 - eta^2) <= delta once sampled).
+        """
+        delta = float(self.delta) * (1.0 - SAMPLER_RTOL)
+        return gaussian_sigma(self._law_epsilon(), delta, float(sensitivity_units))
+
     def _fit_mechanism(self, y):
         super()._fit_mechanism(y)
-        self.sigma_units_ = gaussian_sigma(float(self.epsilon), float(self.delta), float(self.sensitivity_units_))
+        self.sigma_units_ = self._law_sigma(self.sensitivity_units_)
         self.sigma_ = self.sigma_units_ * self.granularity_
 
     def _noise_decay(self, sensitivity_units):
         # Proposals are discrete Laplace of scale t = floor(sigma) + 1.
-        sigma = gaussian_sigma(float(self.epsilon), float(self.delta), float(sensitivity_units))
+        sigma = self._law_sigma(sensitivity_units)
         return 1.0 / (math.floor(sigma) + 1.0), 1
 
     def _noise_units(self, n, sensitivity_units, rng):

@@ -150,7 +150,7 @@ class ExponentialMechanism(BaseDiscreteMechanism):
 
     def _fit_mechanism(self, y):
         grid = self._grid()
-        eps = float(self.epsilon)
+        eps = self._law_epsilon()
         span = grid[-1] - grid[0]
         self.input_values_ = self.output_values_ = grid
         if grid.size == 1:

@@ -20,6 +20,7 @@ from scipy import optimize, special
 from ..._kernels._sampling import (
     geometric_constants, max_geometric, max_staircase_magnitude, split_probability,
 )
+from .._validation import SAMPLER_RTOL
 
 __all__ = [
     "staircase_pmf",
@@ -115,7 +116,7 @@ def alias_table_probabilities(prob, alias):
     return implied / k
 
 
-def staircase_alias_table(lam, width, r, min_probability=1e-5, max_entries=1 << 18, rtol=1e-9):
+def staircase_alias_table(lam, width, r, min_probability=1e-5, max_entries=1 << 18, rtol=SAMPLER_RTOL):
     """Alias table of the bulk of the staircase distribution, for the fast path
     of :func:`skdp_label._kernels._sampling.staircase_additive_bulk`.
 
@@ -178,7 +179,7 @@ _CELL_RATE = 2.0**-6
 _MAX_CELL = 2**30
 
 
-def laplace_cell_table(lam, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9):
+def laplace_cell_table(lam, min_probability=2e-6, max_entries=1 << 18, rtol=SAMPLER_RTOL):
     """Alias table of the bulk of the discrete Laplace on a fine grid, by cells.
 
     For ``lam < 2**-10`` (the continuous Laplace's grids) the bulk has far
@@ -244,7 +245,7 @@ _MAX_OTHER_SHARE = 0.1
 
 
 def staircase_cell_table(
-    lam, width, r, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9, piece_mass=2.0**-20,
+    lam, width, r, min_probability=2e-6, max_entries=1 << 18, rtol=SAMPLER_RTOL, piece_mass=2.0**-20,
     max_pieces=16384,
 ):
     """Alias table of the bulk of the staircase distribution by *pieces of
@@ -353,7 +354,7 @@ def _step_pieces(starts, sizes, weights, piece_mass):
 
 
 def gaussian_cell_table(
-    sigma, cells_per_sigma=32, n_sigmas=9.0, min_probability=2e-6, max_entries=1 << 18, rtol=1e-9,
+    sigma, cells_per_sigma=32, n_sigmas=9.0, min_probability=2e-6, max_entries=1 << 18, rtol=SAMPLER_RTOL,
     zero_envelope=64,
 ):
     """Envelope tables of the discrete Gaussian P(Z = z) proportional to

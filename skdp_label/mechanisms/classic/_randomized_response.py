@@ -97,7 +97,7 @@ class RandomizedResponse(BaseDiscreteMechanism):
         classes = check_classes(self.classes)
         self.input_values_ = classes
         self.output_values_ = classes
-        self._matrix_epsilon = float(self.epsilon)
+        self._matrix_epsilon = self._law_epsilon()
 
     @property
     def transition_matrix_(self) -> np.ndarray:
@@ -110,7 +110,7 @@ class RandomizedResponse(BaseDiscreteMechanism):
         k = self.input_values_.shape[0]
         # The flip probability, not 1 - P(keep): an exact Bernoulli of it
         # keeps the off-diagonal mass right at any epsilon.
-        c = rr_constants(k, rr_flip_probability(k, float(self.epsilon)))
+        c = rr_constants(k, rr_flip_probability(k, self._law_epsilon()))
         contiguous = contiguous_integer_classes(self.input_values_)
         if contiguous is not None and y.dtype.kind in "iuf":
             # Labels were validated: they are the integers lo..lo+k-1.

@@ -115,7 +115,7 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
         self.k_ = k
         self.top_k_ = classes[np.sort(order[:k])]
         self._in_top = in_top
-        self._matrix_epsilon = float(self.epsilon)
+        self._matrix_epsilon = self._law_epsilon()
 
     @property
     def transition_matrix_(self) -> np.ndarray:
@@ -170,7 +170,7 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
         eps, delta = self._release_cost()
         self._charge(eps, delta, n_labels=codes.shape[0], step="randomized labels (per-example priors)")
         rng = self._release_generator("randomized labels (per-example priors)", codes.shape[0])
-        picked = rr_top_k_indices(codes, order, ks, rng, math.exp(-float(self.epsilon)))
+        picked = rr_top_k_indices(codes, order, ks, rng, math.exp(-self._law_epsilon()))
         return self._as_label_dtype(self.output_values_[picked], y2d)
 
     def _as_label_dtype(self, noisy, y):
@@ -182,7 +182,7 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
     def _randomize_column(self, y, rng):
         # RR-Top-k directly (one digit a label), not the generic sampler of
         # the matrix: the same distribution, transition_matrix_.
-        slot, constants = rr_top_k_set_constants(self._in_top, float(self.epsilon))
+        slot, constants = rr_top_k_set_constants(self._in_top, self._law_epsilon())
         top = self.output_values_[self._in_top]
         contiguous = contiguous_integer_classes(self.input_values_)
         if contiguous is not None and y.dtype.kind in "iuf" and (
@@ -286,4 +286,4 @@ class RRWithPrior(_BaseTopKMechanism):
         self.prior = prior
 
     def _choose_k(self, priors, order=None):
-        return optimal_k(priors, float(self.epsilon), order)
+        return optimal_k(priors, self._law_epsilon(), order)

@@ -66,6 +66,10 @@ def _prior_from_key(key):
     return None if key is None else (np.array(key[0]), np.array(key[1]))
 
 
+# What a law is checked against (BaseLabelMechanism._law_epsilon), for messages.
+_LAW_BUDGET = "the epsilon its law may cost (epsilon less the samplers' slack, docs/sampling.md)"
+
+
 class _QuantizationBase(BaseDiscreteMechanism):
     """Shared machinery: validation, end rows, exact loss, sampling.
 
@@ -103,10 +107,10 @@ class _QuantizationBase(BaseDiscreteMechanism):
     def _fit_mechanism(self, y):
         lo, hi = self._public_bounds()
         prior = _check_prior(self.prior, lo, hi)
-        pieces, rows, outputs = self._build(lo, hi, prior, float(self.epsilon))
+        pieces, rows, outputs = self._build(lo, hi, prior, self._law_epsilon())
         loss = privacy_loss(rows)
-        if not loss <= float(self.epsilon):  # the builders guarantee it; never sample otherwise
-            raise RuntimeError(f"{type(self).__name__}: privacy loss {loss} exceeds epsilon")
+        if not loss <= self._law_epsilon():  # the builders guarantee it; never sample otherwise
+            raise RuntimeError(f"{type(self).__name__}: privacy loss {loss} exceeds {_LAW_BUDGET}")
         self.privacy_loss_ = loss
         self.output_values_ = outputs
         self._pieces = pieces
@@ -290,7 +294,7 @@ class RandomizedQuantization(_BinsMixin, _QuantizationBase):
         if self.bins is None:
             # (1 + 1e-6): the loss log(1 + (hi - lo) / margin) stays below epsilon even
             # when the tiny margins of a large epsilon are rounded to the floats near hi.
-            return uniform_bins(lo, hi, 2, minimal_margin(lo, hi, float(self.epsilon)) * (1 + 1e-6))
+            return uniform_bins(lo, hi, 2, minimal_margin(lo, hi, self._law_epsilon()) * (1 + 1e-6))
         return make_cells(self.bins, lo, hi).bins
 
     def _selection_arrays(self, m):
@@ -335,10 +339,10 @@ class RandomizedQuantization(_BinsMixin, _QuantizationBase):
             bins, lo, hi, lambda c, p: product_selection(c, p, left, right)
         )
         loss = privacy_loss(rows)
-        if not loss <= float(self.epsilon):
+        if not loss <= self._law_epsilon():
             raise ValueError(
-                f"these bins and selection distributions cost epsilon = {loss:.6g} (exact privacy "
-                f"loss) > epsilon = {float(self.epsilon):g}."
+                f"these bins and selection distributions cost epsilon = {loss:.10g} (exact privacy "
+                f"loss) > {self._law_epsilon():.10g}, {_LAW_BUDGET}."
             )
 
     def _build(self, lo, hi, prior, epsilon):
@@ -445,13 +449,13 @@ class _FamilyBase(_BinsMixin, _QuantizationBase):
             margin = self.margin
             if margin == "auto":
                 margin = _auto_margin(
-                    self._kind, int(self.bins), lo, hi, float(self.epsilon),
+                    self._kind, int(self.bins), lo, hi, self._law_epsilon(),
                     _prior_key(_check_prior(self.prior, lo, hi)), self.objective,
                 )
                 if margin is None:
                     raise ValueError(
                         f"{type(self).__name__}: no evenly spaced {int(self.bins)} bins reach "
-                        f"epsilon = {float(self.epsilon):g}."
+                        f"epsilon = {self._law_epsilon():g}."
                     )
             return uniform_bins(lo, hi, int(self.bins), float(margin))
         if self.margin != "auto":
@@ -460,7 +464,7 @@ class _FamilyBase(_BinsMixin, _QuantizationBase):
 
     def _parameter(self, bins, lo, hi):
         value = getattr(self, self._param)
-        eps = float(self.epsilon)
+        eps = self._law_epsilon()
         if value == "auto":
             theta = _calibrate(self._kind, bins, lo, hi, eps)
             if theta is None:
@@ -473,7 +477,7 @@ class _FamilyBase(_BinsMixin, _QuantizationBase):
         if not loss <= eps:
             raise ValueError(
                 f"{type(self).__name__}: {self._param} = {float(value):g} costs epsilon = "
-                f"{loss:.6g} (exact privacy loss) > epsilon = {eps:g}."
+                f"{loss:.10g} (exact privacy loss) > {eps:.10g}, {_LAW_BUDGET}."
             )
         return float(value)
 

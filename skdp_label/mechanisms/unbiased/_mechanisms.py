@@ -402,12 +402,13 @@ class DebiasedRR(_UnbiasedRoundingMixin, BaseDiscreteMechanism):
     def _fit_mechanism(self, y):
         values = self._grid()
         self.input_values_ = values
-        self.output_values_ = debiased_rr_outputs(values, float(self.epsilon))
-        self.transition_matrix_ = randomized_response_matrix(values.size, float(self.epsilon))
+        epsilon = self._law_epsilon()
+        self.output_values_ = debiased_rr_outputs(values, epsilon)
+        self.transition_matrix_ = randomized_response_matrix(values.size, epsilon)
 
     def _randomize_column(self, y, rng):
         # Rounding, then k-ary RR over the grid (exact flip, uniform
         # replacement): O(1) per label and no k x k tables.
         k = self.input_values_.shape[0]
-        c = rr_constants(k, rr_flip_probability(k, float(self.epsilon)))
+        c = rr_constants(k, rr_flip_probability(k, self._law_epsilon()))
         return sample_rows(rng, self.output_values_, y=y, grid=rounding_grid(self.input_values_), rr=c)
