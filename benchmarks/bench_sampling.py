@@ -19,8 +19,9 @@ exactness pays before its own work: a compiled loop that reads one (or two)
 PCG64, as the samplers do) and writes one float64 per label into a new
 array, and the label validation ``transform`` runs first (finite values,
 bounds: two reductions over the labels). A mechanism that needs two digits a
-label (randomized rounding then an alias draw; a continuous grid's cell and
-offset) cannot go below the two-digit floor plus the validation.
+label (a continuous grid's cell and offset) cannot go below the two-digit
+floor plus the validation; randomized rounding then an alias draw reads one
+word a label (the rounding coin from its low 11 bits: the one-digit floor).
 
 Every mechanism is fitted at epsilon = 1 on public synthetic labels: 100
 classes (a skewed public prior for the prior-based ones), integers

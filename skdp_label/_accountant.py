@@ -37,7 +37,7 @@ import tempfile
 import uuid
 import weakref
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any
 
@@ -56,8 +56,13 @@ _FORMAT = "skdp_label-ledger"
 _FORMAT_VERSION = 1
 _HEADER_KEYS = {"record", "format", "version", "ledger_id", "epsilon", "delta"}
 _ENTRY_KEYS = {"record", "description", "n_labels", "epsilon", "delta", "group"}
-# Keyed releases (skdp_label.release) also record their id and fingerprint.
+# Keyed releases (skdp_label.release) also record their id and fingerprint, and the
+# digest of the law they sample: on their release record, or (when the law is only
+# known after the charge: a private prior) on a law record that follows it. Ledgers
+# written before the digest existed have neither, and stay readable.
 _RELEASE_KEYS = {"release_id", "release_fingerprint"}
+_LAW_KEY = "release_law"
+_LAW_RECORD_KEYS = {"record", "release_id", "release_fingerprint", _LAW_KEY}
 # Optional public context of a release (strings or numbers only).
 _DETAIL_KEYS = ("estimator", "mechanism", "step", "stage", "column")
 
@@ -100,6 +105,12 @@ class LedgerEntry:
         For keyed releases: the release id and a fingerprint of what it
         releases (mechanism, public parameters, rows). A retry of the same
         release is not charged again.
+    release_law : str or None
+        For keyed releases: the digest of the law the release samples (its
+        fitted mechanism, :func:`skdp_label.release.law_digest`), recorded
+        at its first fit; a retry whose refit samples another law is
+        refused. None in ledgers written before the digest existed, and
+        between a charge and its law record.
     details : dict or None
         Public context of the release, for readable reports: any of
         ``estimator``, ``mechanism``, ``step``, ``stage``, ``column``.
@@ -113,6 +124,7 @@ class LedgerEntry:
     release_id: str | None = None
     release_fingerprint: str | None = None
     details: dict | None = None
+    release_law: str | None = None
 
 
 def _check_details(details):
@@ -171,12 +183,51 @@ def _entry_line(entry):
     record = asdict(entry)
     if entry.release_id is None:  # the format of ordinary releases is unchanged
         del record["release_id"], record["release_fingerprint"]
+    if entry.release_law is None:  # nor that of a keyed release without its law
+        del record[_LAW_KEY]
     if entry.details is None:
         del record["details"]
     record["record"] = "release"
     record["epsilon"] = _encode_number(entry.epsilon)
     record["delta"] = _encode_number(entry.delta)
     return _dumps(record)
+
+
+def _law_line(release_id, fingerprint, law):
+    """The law record of a keyed release charged before its law was known."""
+    return _dumps({"record": _LAW_KEY, "release_id": release_id,
+                   "release_fingerprint": fingerprint, _LAW_KEY: law})
+
+
+def _recorded_law(entries, release_id):
+    """The law recorded for ``release_id`` (None if none is)."""
+    return next((e.release_law for e in entries
+                 if e.release_id == release_id and e.release_law is not None), None)
+
+
+def _check_release_law(entries, release_id, law):
+    """Whether ``law`` must be recorded for ``release_id`` (no law is yet), or
+    raise ``ValueError`` if the ledger holds another law for it.
+
+    The message names the recorded digest only: a refused law is never shown,
+    since with a private prior it hashes a noisy histogram that was not charged
+    (the same id run over other labels)."""
+    recorded = _recorded_law(entries, release_id)
+    if recorded is None:
+        return True
+    if recorded != law:
+        raise ValueError(
+            f"release id {release_id!r} was first fitted to another law: the ledger records "
+            f"the law digest {recorded[:16]}..., and this fit computed another. A keyed "
+            "release's noise is a function of the key, the id and the rows, so sampling it "
+            "through another mechanism would make a second, different release sharing the "
+            "first one's noise, uncharged. The fit is a function of the public inputs, but not "
+            "across environments: the library versions (numpy, scipy, skdp_label) or the "
+            "machine differ from the first run's (or, with a private prior, the labels do). "
+            "Resume with the environment of the first run, or release under a new release id "
+            "(which is charged). Nothing was charged or randomized."
+        )
+    return False
 
 
 def _parse_ledger(data, path):
@@ -225,13 +276,19 @@ def _parse_ledger(data, path):
     entries = []
     for number, record in enumerate(records[1:], start=2):
         try:
+            if record.get("record") == _LAW_KEY:
+                _attach_law(entries, record)
+                continue
             keys = set(record) - {"details"}
-            if keys not in (_ENTRY_KEYS, _ENTRY_KEYS | _RELEASE_KEYS) or record["record"] != "release":
+            allowed = (_ENTRY_KEYS, _ENTRY_KEYS | _RELEASE_KEYS,
+                       _ENTRY_KEYS | _RELEASE_KEYS | {_LAW_KEY})
+            if keys not in allowed or record["record"] != "release":
                 raise ValueError("not a release record")
             details = _check_details(record.get("details"))
             release_id = record.get("release_id")
             fingerprint = record.get("release_fingerprint")
-            if not all(v is None or isinstance(v, str) for v in (release_id, fingerprint)):
+            law = record.get(_LAW_KEY)
+            if not all(v is None or isinstance(v, str) for v in (release_id, fingerprint, law)):
                 raise ValueError("bad release id")
             n_labels, description, group = (
                 record["n_labels"], record["description"], record["group"]
@@ -250,11 +307,31 @@ def _parse_ledger(data, path):
                     release_id,
                     fingerprint,
                     details,
+                    law,
                 )
             )
         except ValueError:
             raise bad(f"line {number} is not a valid release record") from None
     return {"ledger_id": ledger_id, "epsilon": budget[0], "delta": budget[1]}, entries
+
+
+def _attach_law(entries, record):
+    """Set a law record's digest on the keyed release it belongs to (in place).
+
+    Only the accountant writes law records, after the release's charge and only
+    while no law is recorded for it: anything else is a damaged ledger.
+    """
+    if set(record) != _LAW_RECORD_KEYS or not all(
+            isinstance(record[k], str) for k in _LAW_RECORD_KEYS):
+        raise ValueError("not a law record")
+    release_id, law = record["release_id"], record[_LAW_KEY]
+    for i, e in enumerate(entries):
+        if e.release_id == release_id:
+            if e.release_fingerprint != record["release_fingerprint"] or e.release_law is not None:
+                raise ValueError("a law record of another release")
+            entries[i] = replace(e, release_law=law)
+            return
+    raise ValueError("a law record before its release")
 
 
 def _create_ledger_file(path, header):
@@ -634,7 +711,7 @@ class BudgetAccountant:
     def spend(
         self, epsilon: float, delta: float = 0.0, *, n_labels: int, description: str,
         group: str | None = None, release: tuple[str, str] | None = None,
-        details: dict[str, Any] | None = None,
+        details: dict[str, Any] | None = None, release_law: str | None = None,
     ) -> bool:
         """Record a release, or raise if it would exceed the budget.
 
@@ -662,6 +739,11 @@ class BudgetAccountant:
             Public context shown by :meth:`to_records` / :meth:`to_frame`:
             any of ``estimator``, ``mechanism``, ``step``, ``stage``,
             ``column`` (strings or numbers; never labels).
+        release_law : str, optional
+            With ``release``, when the law the release samples is known
+            before the charge (no private statistic): its digest. Recorded
+            with the charge; a retry is checked against the recorded law as
+            in :meth:`record_release_law`, in the same locked step.
 
         Returns
         -------
@@ -675,6 +757,9 @@ class BudgetAccountant:
         LedgerUnavailableError
             If the ledger cannot be read or written (see the class notes);
             nothing is recorded then.
+        ValueError
+            If the ledger holds ``release``'s id for another release, or
+            for another law than ``release_law``; nothing is recorded then.
         """
         epsilon = _check_cost(epsilon, "epsilon")
         delta = _check_cost(delta, "delta")
@@ -687,24 +772,22 @@ class BudgetAccountant:
         release_id = fingerprint = None
         if release is not None:
             release_id, fingerprint = (str(v) for v in release)
+        if release_law is not None and (release_id is None or not isinstance(release_law, str)):
+            raise ValueError("release_law is the digest (a string) of a keyed release's law.")
         details = _check_details(details)
         entry = LedgerEntry(
             str(description), int(n_labels), epsilon, delta, group, release_id, fingerprint,
-            details,
+            details, release_law,
         )
         line = _entry_line(entry)
         with self._open_ledger(exclusive=True) as (f, entries):
             if release_id is not None:
-                earlier = [e for e in entries if e.release_id == release_id]
-                if any(e.release_fingerprint != fingerprint for e in earlier):
-                    raise ValueError(
-                        f"release id {release_id!r} is already in the ledger for a different "
-                        "release (mechanism, parameters or rows); a keyed release's noise is a "
-                        "function of its id, so reusing the id would reuse the noise. Choose a "
-                        "new release id."
-                    )
-                if earlier:
-                    return False  # a retry of a release already charged
+                earlier = self._earlier_release(entries, release_id, fingerprint)
+                if earlier:  # a retry of a release already charged: check its law
+                    if release_law is not None and _check_release_law(
+                            entries, release_id, release_law):
+                        self._append(f, _law_line(release_id, fingerprint, release_law))
+                    return False
             spent_eps, spent_delta = self._totals(entries)
             new_eps, new_delta = self._totals(entries + [entry])
             if self._exceeds(new_eps, new_delta):
@@ -714,21 +797,86 @@ class BudgetAccountant:
                     f"of the budget epsilon={self._epsilon:g}, delta={self._delta:g} are "
                     "already spent. No label was randomized."
                 )
-            end = f.seek(0, os.SEEK_END)
+            self._append(f, line)
+        return True
+
+    @staticmethod
+    def _earlier_release(entries, release_id, fingerprint):
+        """The entries of ``release_id`` (a retry), or raise ``ValueError`` if
+        the id names another release."""
+        earlier = [e for e in entries if e.release_id == release_id]
+        if any(e.release_fingerprint != fingerprint for e in earlier):
+            raise ValueError(
+                f"release id {release_id!r} is already in the ledger for a different "
+                "release (mechanism, parameters or rows); a keyed release's noise is a "
+                "function of its id, so reusing the id would reuse the noise. Choose a "
+                "new release id."
+            )
+        return earlier
+
+    def _append(self, f, line):
+        """Append one record to the locked ledger ``f`` (synced if persistent)."""
+        end = f.seek(0, os.SEEK_END)
+        try:
+            f.write(line)
+            f.flush()
+            if self._persistent:
+                os.fsync(f.fileno())
+        except OSError as exc:
+            # A half-written record would make the ledger unreadable:
+            # take it back, and report that nothing was recorded.
             try:
-                f.write(line)
+                f.truncate(end)
                 f.flush()
-                if self._persistent:
-                    os.fsync(f.fileno())
-            except OSError as exc:
-                # A half-written record would make the ledger unreadable:
-                # take it back, and report that nothing was spent.
-                try:
-                    f.truncate(end)
-                    f.flush()
-                except OSError:
-                    pass
-                raise self._unavailable(f"could not be written ({exc.strerror})") from None
+            except OSError:
+                pass
+            raise self._unavailable(f"could not be written ({exc.strerror})") from None
+
+    def record_release_law(self, release_id: str, fingerprint: str, law: str) -> bool:
+        """Record (or check) the law a keyed release samples, before it samples.
+
+        A keyed release's noise is a function of the key, its id and the rows,
+        so every run of the release must draw it through the same mechanism.
+        The first fit of a release id records the digest of its fitted
+        mechanism; every later fit (a retry, a resumed run, a recomputed
+        partition's driver) must give the same digest. A release whose entry
+        holds no digest (a ledger of an earlier version, or a crash between the
+        charge and this record) records it now.
+
+        Parameters
+        ----------
+        release_id, fingerprint : str
+            As passed to :meth:`spend` in ``release``; the release must have
+            been charged.
+        law : str
+            The digest of the fitted mechanism
+            (:func:`skdp_label.release.law_digest`).
+
+        Returns
+        -------
+        recorded : bool
+            True if the digest was written now, False if the ledger already
+            held it.
+
+        Raises
+        ------
+        ValueError
+            If the release was not charged, or the ledger records another law
+            for it (nothing is written then).
+        LedgerUnavailableError
+            If the ledger cannot be read or written.
+        """
+        if not all(isinstance(v, str) for v in (release_id, fingerprint, law)):
+            raise ValueError("release_id, fingerprint and law must be strings.")
+        with self._open_ledger(exclusive=True) as (f, entries):
+            if not self._earlier_release(entries, release_id, fingerprint):
+                raise ValueError(
+                    f"release id {release_id!r} is not in the ledger: charge the release "
+                    "(spend with release=...) before recording its law."
+                )
+            if not _check_release_law(entries, release_id, law):
+                return False
+            self._append(f, _law_line(release_id, fingerprint, law))
         return True
 
     def disjoint_group(self, description: str) -> str:
@@ -767,9 +915,9 @@ class BudgetAccountant:
             (public context, None when not given),
             ``n_labels``, ``epsilon``, ``delta``, ``group`` (the disjoint
             group's name without its random suffix, or None), ``group_id``
-            (the full token), ``release_id`` and ``release_fingerprint``
-            (keyed releases). The ledger holds costs and public descriptions
-            only, never labels.
+            (the full token), ``release_id``, ``release_fingerprint`` and
+            ``release_law`` (keyed releases). The ledger holds costs and
+            public descriptions only, never labels.
 
         Examples
         --------
@@ -806,7 +954,7 @@ class BudgetAccountant:
                 "to_records() and to_json() do not."
             ) from exc
         columns = ["release", "description", *_DETAIL_KEYS, "n_labels", "epsilon", "delta",
-                   "group", "group_id", "release_id", "release_fingerprint"]
+                   "group", "group_id", "release_id", "release_fingerprint", "release_law"]
         return pd.DataFrame(self.to_records(), columns=columns)
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str | None:

@@ -477,7 +477,8 @@ def privatize_file(
     if accountant is not None:
         log(f"release {release_id!r}: " + (
             f"charged epsilon={release.epsilon_:g} to {ledger}" if release.charged_
-            else f"already in {ledger}, rerun charged nothing"))
+            else f"already in {ledger}, rerun charged nothing (its law digest "
+            f"{release.law_digest_[:12]}... is the ledger's)"))
 
     # Pass 2: randomize and write to a temporary file, renamed into place at the end.
     read_cols = keyed_cols + columns

@@ -13,7 +13,9 @@
   once on the client after the charge;
 * the release is charged once (once per release id in a persistent ledger)
   and the mechanism is fitted once on the client, then broadcast to the
-  workers as a single task;
+  workers as a single task, with the digest of the law it samples (the one
+  the ledger records, :func:`skdp_label.release.law_digest`): a worker whose
+  received mechanism hashes to another law refuses to randomize;
 * pass 2 (lazy): ``map_partitions`` randomizes each partition, its rows keyed
   by the id column or by their global position (partition offsets).
 
@@ -101,9 +103,10 @@ def _ids_sorted_and_unique(ranges):
     return True
 
 
-def _randomize(y, ids, offset, fitted, key_file, release_id, dtype):
+def _randomize(y, ids, offset, fitted, law, key_file, release_id, dtype):
     key = load_key(key_file)
-    release = KeyedRelease.for_workers(fitted, key, release_id)
+    # Refuses a received mechanism that samples another law than the driver recorded.
+    release = KeyedRelease.for_workers(fitted, key, release_id, law=law)
     y = np.asarray(y)
     if y.shape[0] == 0:
         return np.empty(0, dtype=dtype)
@@ -111,19 +114,20 @@ def _randomize(y, ids, offset, fitted, key_file, release_id, dtype):
     return np.asarray(noisy).astype(dtype, copy=False)
 
 
-def _randomize_series(y, *rest, offsets, fitted, key_file, release_id, dtype, partition_info=None):
+def _randomize_series(y, *rest, offsets, fitted, law, key_file, release_id, dtype,
+                      partition_info=None):
     import pandas as pd
 
     ids = rest[0] if rest else None
     offset = offsets[partition_info["number"]] if ids is None else 0
     values = _randomize(y.to_numpy(), None if ids is None else ids.to_numpy(), offset, fitted,
-                        key_file, release_id, dtype)
+                        law, key_file, release_id, dtype)
     return pd.Series(values, index=y.index, name=y.name)
 
 
-def _randomize_block(y, fitted, key_file, release_id, dtype, block_info=None):
+def _randomize_block(y, fitted, law, key_file, release_id, dtype, block_info=None):
     offset = block_info[0]["array-location"][0][0]
-    return _randomize(y, None, offset, fitted, key_file, release_id, dtype)
+    return _randomize(y, None, offset, fitted, law, key_file, release_id, dtype)
 
 
 def _output_dtype(mechanism):
@@ -255,18 +259,20 @@ def privatize(
     # The charge and the fit, once, on the client.
     release.fit(n_rows)
     fitted = dask.delayed(release.fitted_, pure=True)  # one task: broadcast, not copied per partition
+    law = release.law_digest_  # what the ledger recorded: every worker checks what it received
     dtype = _output_dtype(release.fitted_)
 
     # Pass 2: lazy randomization.
     if is_array:
-        noisy = labels.map_blocks(_randomize_block, fitted, key_file, release_id, dtype, dtype=dtype)
+        noisy = labels.map_blocks(_randomize_block, fitted, law, key_file, release_id, dtype,
+                                  dtype=dtype)
     else:
         import pandas as pd
 
         meta = pd.Series(np.empty(0, dtype=dtype), name=labels.name)
         args = (labels,) if ids is None else (labels, ids)
         noisy = dd.map_partitions(
-            _randomize_series, *args, offsets=offsets, fitted=fitted, key_file=key_file,
+            _randomize_series, *args, offsets=offsets, fitted=fitted, law=law, key_file=key_file,
             release_id=release_id, dtype=dtype, meta=meta, align_dataframes=False,
         )
     return noisy, release

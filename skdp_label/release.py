@@ -37,6 +37,13 @@ How the noise is derived (docs/labels_party.md):
   Generator keyed by HMAC(secret, "mean" | release id). Only the noisy mean
   and its epsilon reach the manifest.
 
+* the law: a retry refits the mechanism, and a refit in another environment
+  (library versions, machine) can compute another one. The first fit of a
+  release id records :func:`law_digest` of its fitted mechanism in the
+  ledger, before any label is randomized, and every later fit of the id
+  must give the same digest (``ValueError`` otherwise): the same keyed noise
+  is never sampled through two laws.
+
 Labels are never hashed or used as key material.
 """
 
@@ -49,6 +56,7 @@ import math
 import os
 import secrets
 import stat
+import weakref
 from numbers import Integral, Real
 from typing import Any
 
@@ -80,6 +88,7 @@ __all__ = [
     "KeyedRelease",
     "privatize",
     "mechanism_from_manifest",
+    "law_digest",
 ]
 
 _KEY_BYTES = 32
@@ -233,6 +242,114 @@ def _jsonable(value):
     return value
 
 
+# Prefix of what a law digest hashes: a new encoding gets a new prefix.
+_LAW_FORMAT = b"skdp_label.law/1"
+
+
+def law_digest(mechanism: BaseLabelMechanism) -> str:
+    """SHA-256 (hex) of the law a fitted mechanism samples.
+
+    It hashes the mechanism's class, its public parameters (as the manifest
+    carries them) and every public attribute its ``fit`` bound
+    (``_fit_state``: transition matrix, inputs and outputs, noise scales, a
+    noisy prior, ...; a nested fitted mechanism is hashed the same way):
+    numeric arrays by dtype, shape and bytes, arrays of text or objects by
+    shape and items, scalars by type and ``repr``. Those are public inputs
+    and charged noisy statistics only, never labels, key material or
+    generator state. Two fits with the same digest computed the same
+    mechanism, whatever the library versions or machine (the samplers' code
+    and their private tables derived from it are not hashed). A keyed release
+    records the digest at its first fit, and a retry whose refit gives
+    another one is refused (docs/labels_party.md).
+
+    Raises
+    ------
+    ValueError
+        If the mechanism is not fitted, or its fitted attributes changed
+        since its fit (it would not sample what ``fit`` computed).
+    """
+    h = hashlib.sha256(_LAW_FORMAT)
+    _hash_law(h, mechanism)
+    return h.hexdigest()
+
+
+# Digests of the fitted mechanisms this process received (a Dask worker gets the broadcast
+# mechanism once and randomizes many partitions with it), with the parameters and bound
+# state they were computed from: reused while the parameters are equal and the state is
+# the same objects (fitted arrays are bound by identity and read-only), else recomputed.
+_RECEIVED_LAWS = weakref.WeakKeyDictionary()
+
+
+def _received_law(fitted):
+    """:func:`law_digest` of ``fitted``, hashed once per bound state in this process."""
+    fitted._check_unchanged_since_fit()
+    state = getattr(fitted, "_fit_state", None)
+    bound = (id(state), fitted._public_signature(),
+             tuple((k, id(v)) for k, v in (state or {}).items()))
+    try:
+        cached = _RECEIVED_LAWS.get(fitted)
+    except TypeError:  # not weakly referable: hash every time
+        return law_digest(fitted)
+    if cached is not None and cached[0] == bound:
+        return cached[1]
+    law = law_digest(fitted)
+    _RECEIVED_LAWS[fitted] = (bound, law)
+    return law
+
+
+def _hash_law(h, mechanism):
+    state = getattr(mechanism, "_fit_state", None)
+    if state is None:
+        raise ValueError(f"{type(mechanism).__name__} is not fitted: it samples no law yet.")
+    mechanism._check_unchanged_since_fit()  # the bound state is what it samples
+    _hash_token(h, b"M", type(mechanism).__name__.encode())
+    # The parameters as the manifest carries them (a list of classes samples what an
+    # array does); the fitted state exactly.
+    _hash_value(h, _jsonable(_public_params(mechanism)))
+    _hash_value(h, dict(state))
+
+
+def _hash_token(h, tag, payload):
+    # Tagged and length-prefixed: no two different values feed the same bytes.
+    h.update(tag + len(payload).to_bytes(8, "little") + payload)
+
+
+def _hash_value(h, value):
+    if isinstance(value, BaseLabelMechanism):
+        _hash_law(h, value)
+    elif isinstance(value, np.ndarray):
+        shape = repr(value.shape).encode()
+        if value.dtype.kind in "OSU":  # pointers or padded text: hash the items
+            _hash_token(h, b"O", shape)
+            for item in value.ravel().tolist():
+                _hash_value(h, item)
+        else:  # little-endian bytes whatever the machine's order
+            a = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
+            _hash_token(h, b"A", a.dtype.str.encode() + b"|" + shape)
+            _hash_token(h, b"B", a.tobytes())
+    elif isinstance(value, np.generic):  # np.float64(x) samples what x does
+        item = value.item()
+        if isinstance(item, np.generic):
+            raise ValueError(f"a law digest cannot hash a {type(value).__name__}.")
+        _hash_value(h, item)
+    elif value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        _hash_token(h, b"S", f"{type(value).__name__}:{value!r}".encode())
+    elif isinstance(value, (list, tuple)):
+        _hash_token(h, b"L", f"{type(value).__name__}:{len(value)}".encode())
+        for item in value:
+            _hash_value(h, item)
+    elif isinstance(value, dict):
+        _hash_token(h, b"D", str(len(value)).encode())
+        for k in sorted(value, key=repr):
+            _hash_value(h, k)
+            _hash_value(h, value[k])
+    else:  # fail closed: a law that cannot be hashed cannot be checked on a retry
+        raise ValueError(
+            f"a law digest cannot hash a fitted {type(value).__name__}; the keyed release "
+            "cannot check that a retry samples the law it was charged for."
+        )
+
+
 def _wants_mean(mechanism):
     """Whether the (unfitted) mechanism spends part of epsilon on a noisy mean."""
     value = getattr(mechanism, "mean_epsilon", None)
@@ -319,6 +436,7 @@ class KeyedRelease:
         self._label_sum = 0
         self._n_counted = 0
         self.fitted_ = None
+        self.law_digest_ = None
         self.ledger_entries_ = []
 
     # -- pass 1 --------------------------------------------------------------------
@@ -436,13 +554,27 @@ class KeyedRelease:
 
     @classmethod
     def for_workers(
-        cls, fitted: BaseLabelMechanism, key: ReleaseKey, release_id: str
+        cls, fitted: BaseLabelMechanism, key: ReleaseKey, release_id: str, *, law: str
     ) -> KeyedRelease:
         """The randomizing side of a release fitted (and charged) elsewhere:
         the workers of a cluster each rebuild it from the broadcast fitted
-        mechanism and their own copy of the key file."""
+        mechanism and their own copy of the key file.
+
+        ``law`` is the :attr:`law_digest_` of the release fitted on the
+        driver (the one its ledger records): a worker refuses
+        (``ValueError``) a mechanism that samples another law.
+        """
+        received = _received_law(fitted)
+        if received != law:
+            raise ValueError(
+                f"release {release_id!r}: the fitted mechanism this worker received samples "
+                f"the law {received[:16]}..., not the law {str(law)[:16]}... the driver fitted "
+                "and recorded (was it modified, or loaded by another library version?). "
+                "Refusing to randomize; rerun the release from the driver."
+            )
         release = cls(fitted, key, release_id)
         release.fitted_ = fitted
+        release.law_digest_ = received
         return release
 
     def _row_pairs(self, row_keys, n):
@@ -468,6 +600,16 @@ class KeyedRelease:
         n_rows : int
             Number of labels the release covers (for a private prior, the
             number counted in pass 1).
+
+        Raises
+        ------
+        ValueError
+            Before anything is randomized: bad inputs (before the charge),
+            the release id held by the ledger for another release, or a
+            retry whose refit samples another law than the ledger recorded
+            at the id's first fit (another library version or machine; with
+            a private prior, also other labels). Resume with the first run's
+            environment, or use a new release id (charged).
         """
         # A refit of this release (its id charged once) must sample from the same
         # distribution: the budget split and the solves below run without time budgets.
@@ -517,22 +659,22 @@ class KeyedRelease:
                              epsilon=split["labels"], **no_mean)
         trial.fit(placeholder)
         delta = trial._total_cost()[1]
+        # Public inputs only: the dry run already is the mechanism (no second solve),
+        # and its law is known before the charge, which records (or checks) it.
+        law = law_digest(trial) if split is None else None
+        fingerprint = self._fingerprint(n_rows, mech)
+        recorded = False
         if self.accountant is not None:
             recorded = self.accountant.spend(
                 epsilon, delta, n_labels=n_rows,
                 description=f"keyed release {self.release_id}: {type(mech).__name__}" + (
                     f" (noisy label mean: epsilon={split['mean']:.6g})"
                     if split is not None and "mean" in split else ""),
-                release=(self.release_id, self._fingerprint(n_rows, mech)),
+                release=(self.release_id, fingerprint), release_law=law,
                 details={"mechanism": type(mech).__name__, "step": "keyed release"},
             )
-            self.ledger_entries_ = [
-                e.__dict__ for e in self.accountant.ledger if e.release_id == self.release_id
-            ]
-            self.charged_ = bool(recorded)
         noisy_mean = None
         if split is None:
-            # Public inputs only: the dry run already is the mechanism; no second solve.
             mech = trial
         else:
             noisy = (
@@ -549,6 +691,17 @@ class KeyedRelease:
             self._counts = None  # exact counts and sum are not kept past this point
             self._label_sum = 0
             mech.fit(placeholder)
+            # The law depends on the charged noisy prior: recorded (or checked against
+            # the first fit's) now, before any label is randomized.
+            law = law_digest(mech)
+            if self.accountant is not None:
+                self.accountant.record_release_law(self.release_id, fingerprint, law)
+        if self.accountant is not None:
+            self.ledger_entries_ = [
+                e.__dict__ for e in self.accountant.ledger if e.release_id == self.release_id
+            ]
+            self.charged_ = bool(recorded)
+        self.law_digest_ = law
         # The noisy mean is the release's (the mechanism's own budget is the labels').
         self.mean_epsilon_ = split.get("mean", 0.0) if split is not None else 0.0
         self.noisy_mean_, self.noisy_mean_variance_ = noisy_mean or (None, None)
@@ -583,9 +736,10 @@ class KeyedRelease:
         """What the platform receives instead of a pickle (JSON-serialisable).
 
         Library version, mechanism and public parameters, epsilon and its
-        split, delta, rows, this release's ledger entries and the noise
-        description the platform needs to train and tune (transition matrix
-        or noise variance). No key, seed or label statistic.
+        split, delta, rows, the :func:`law_digest` of the fitted mechanism,
+        this release's ledger entries and the noise description the platform
+        needs to train and tune (transition matrix or noise variance). No
+        key, seed or label statistic.
         """
         if self.fitted_ is None:
             raise ValueError("fit the release first.")
@@ -609,6 +763,7 @@ class KeyedRelease:
             "epsilon_split": self.epsilon_split_,
             "delta": float(mech._total_cost()[1]),
             "n_rows": self.n_rows_,
+            "law_digest": self.law_digest_,
             "ledger_entries": _jsonable(self.ledger_entries_),
         }
         if self.noisy_mean_ is not None:

@@ -10,6 +10,8 @@
   interpolation weight, on regular and crowded grids.
 """
 
+import math
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -148,13 +150,32 @@ def test_rounding_in_the_kernel_is_unbiased_and_picks_the_reference_neighbours(v
 # -- the blocked kernel draws what a label-by-label sampler draws --------------
 
 
+def _word(rng):
+    """The 64-bit word a rounding kernel reads for a label: a Generator's
+    next output, a keyed row's next word."""
+    if isinstance(rng, np.random.Generator):
+        return int(rng.bit_generator.random_raw())
+    return int(rng.next_word())
+
+
+def _coin(word, t, rng):
+    """Up with probability exactly ``t``: the word's low 11 bits b against
+    m = floor(t 2**11), a tie read on (an exact Bernoulli of the fraction)."""
+    scaled = t * 2048.0
+    m = math.floor(scaled)
+    b = word & 2047
+    return b < m if b != m else S.bernoulli_exact(scaled - m, rng)
+
+
 def _one_by_one(rng, outputs, tables, codes=None, y=None, values=None, pieces=None,
                 flip_ends=False):
     """Reference: the alias-with-tail sampler label by label in Python, reading
-    ``rng`` in the order of the single-pass algorithm (rounding uniform, then
-    the digit, then any tail digits), with float compares. ``pieces``: the
-    row is the piece's right end 2 p + 1 when u < t (Pieces.locate), the left
-    end 2 p otherwise (``flip_ends``: the other way round, a mutation)."""
+    ``rng`` in the order of the single-pass algorithm (a rounding row's word,
+    whose low 11 bits start the coin and whose top 53 are the digit, any tie
+    digits of the coin, then any tail digits), with float compares.
+    ``pieces``: the row is the piece's right end 2 p + 1 with probability t
+    (Pieces.locate), the left end 2 p otherwise (``flip_ends``: the other way
+    round, a mutation)."""
     from skdp_label.mechanisms.quantization._core import Pieces
 
     heads, cells, order, cdf, group_end, group_q, n_groups = tables
@@ -166,16 +187,19 @@ def _one_by_one(rng, outputs, tables, codes=None, y=None, values=None, pieces=No
             rng.begin_row(i)
         if codes is not None:
             row = int(codes[i])
-        elif pieces is not None:
-            pos, t = Pieces(*pieces, 0.0, 0.0).locate(y[i : i + 1])
-            row = 2 * int(pos[0]) + int((rng.random() < t[0]) != flip_ends)
+            d = rng.random() * DIGIT
         else:
-            v = min(max(y[i], values[0]), values[-1])
-            lo = int(np.clip(np.searchsorted(values, v, side="right") - 1, 0, values.size - 2))
-            u = rng.random()
-            row = lo + int(u * (values[lo + 1] - values[lo]) < v - values[lo])
+            word = _word(rng)
+            d = float(word >> 11)
+            if pieces is not None:
+                pos, t = Pieces(*pieces, 0.0, 0.0).locate(y[i : i + 1])
+                row = 2 * int(pos[0]) + int(_coin(word, float(t[0]), rng) != flip_ends)
+            else:
+                v = min(max(y[i], values[0]), values[-1])
+                lo = int(np.clip(np.searchsorted(values, v, side="right") - 1, 0, values.size - 2))
+                t = (v - values[lo]) / (values[lo + 1] - values[lo])
+                row = lo + int(_coin(word, t, rng))
         qd, frac, scale, last = heads[row]
-        d = rng.random() * DIGIT
         if d < qd or (d == qd and S.bernoulli_exact(frac, rng)):
             j = S.group_draw(row, rng, order, cdf, group_end, group_q, n_groups)
         else:

@@ -29,6 +29,7 @@ import pytest
 
 from skdp_label._kernels import _sampling as S
 from skdp_label._kernels import _twin
+from skdp_label._kernels._pcg64 import call_with_stream, held_int_digit, held_word, hold, release
 from skdp_label._warmup import _public_inputs
 from skdp_label.mechanisms import get_mechanism_class, mechanism_names
 from conftest import force_kernels
@@ -50,6 +51,59 @@ def _numba_scalars(x, out):
         out[0, i] = np.log(x[i])
         out[1, i] = np.exp(-x[i])
         out[2, i] = np.floor(x[i] * 3.7 - 1.0)
+
+
+@numba.njit
+def _held_words(rng, out):
+    # Words and digits interleaved, as the rounding rows read them (a word,
+    # then a digit of a tie or an exact tail).
+    s = hold(rng)
+    for i in range(out.shape[0]):
+        w, s = held_word(rng, s)
+        d, s = held_int_digit(rng, s)
+        out[i, 0] = w
+        out[i, 1] = np.uint64(d)
+    release(rng, s)
+
+
+@pytest.mark.parametrize("source", ["pcg64", "mt19937", "philox", "sfc64", "pcg64-subclass",
+                                    "keyed"])
+def test_held_word_twin_reads_the_compiled_words(source):
+    # The word of held_word: PCG64's output through the inlined stream,
+    # numba's next_uint64 of any other bit generator, a keyed row's next
+    # word; the twin reads the same words and digits, and leaves the source
+    # in the same state. For PCG64, Philox and SFC64 the word's top 53 bits
+    # are random()'s digit.
+    class Derived(np.random.PCG64):
+        pass
+
+    bit_generators = {"pcg64": np.random.PCG64, "mt19937": np.random.MT19937,
+                      "philox": np.random.Philox, "sfc64": np.random.SFC64,
+                      "pcg64-subclass": Derived}
+
+    def make():
+        if source == "keyed":
+            rows = _keyed(1)
+            rows.begin_row(0)
+            return rows
+        return np.random.Generator(bit_generators[source](31))
+
+    runs = []
+    for how in ("compiled", "twin"):
+        rng, out = make(), np.empty((300, 2), dtype=np.uint64)
+        if how == "twin":
+            _twin.twin(_held_words)(rng, out)
+        elif source == "keyed":
+            _held_words(rng, out)
+        else:
+            call_with_stream(_held_words, rng, rng, out)
+        runs.append((out, rng.random()))
+    assert np.array_equal(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]
+    if source in ("pcg64", "philox", "sfc64", "pcg64-subclass"):
+        reference = make()
+        digits = (reference.random(600) * DIGIT).astype(np.uint64)
+        assert np.array_equal(runs[0][0][:, 0] >> np.uint64(11), digits[0::2])
+        assert np.array_equal(runs[0][0][:, 1], digits[1::2])
 
 
 def test_scalar_bindings_are_the_compiled_ones():

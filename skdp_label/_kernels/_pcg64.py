@@ -30,6 +30,7 @@ from numba import types
 from numba.core import cgutils
 from numba.experimental import structref
 from numba.extending import intrinsic, overload_method
+from numba.np.random.generator_core import next_uint64  # a bit generator's word, in numba
 
 try:  # numba's MemInfo layout, to mark the payload pointer's load invariant
     from numba.core.runtime.nrtdynmod import _meminfo_struct_type
@@ -37,7 +38,7 @@ except ImportError:  # pragma: no cover - a numba without it: its own (slower) a
     _meminfo_struct_type = None
 
 __all__ = ["PCG64Stream", "call_with_stream", "inlinable", "stream_type", "hold", "held_digit",
-           "held_int_digit", "release"]
+           "held_int_digit", "held_word", "release"]
 
 # numpy's PCG_DEFAULT_MULTIPLIER_128
 _MULTIPLIER = (2549297995355413924 << 64) + 4865540595714422341
@@ -181,6 +182,15 @@ def release(typingctx, rng, state):
     return types.void(rng, state), codegen
 
 
+def _held_step(context, builder, signature, args):
+    """(64-bit output, next held state) of one PCG64 step from the held
+    state ``args[1]`` of the stream ``args[0]``."""
+    slots, invariant = _payload_slots(context, builder, signature.args[0], args[0])
+    hi, lo = (builder.extract_value(args[1], k) for k in range(2))
+    high, low, output = _pcg64_next(builder, hi, lo, *_increment(builder, slots, invariant))
+    return output, context.make_tuple(builder, _WORDS, [high, low])
+
+
 def _held_draw(rng, state, digit_type):
     """Signature and codegen of a draw of one digit (``digit_type``: float64
     or int64) from a held state."""
@@ -197,16 +207,13 @@ def _held_draw(rng, state, digit_type):
             context, builder, sig, args, impl)
 
     def codegen(context, builder, signature, args):
-        slots, invariant = _payload_slots(context, builder, signature.args[0], args[0])
-        hi, lo = (builder.extract_value(args[1], k) for k in range(2))
-        high, low, output = _pcg64_next(builder, hi, lo, *_increment(builder, slots, invariant))
+        output, words = _held_step(context, builder, signature, args)
         # The output's top 53 bits: rng.random()'s digit, (output >> 11) *
         # 2**-53 * 2**53 exactly; as a float through a signed conversion (one
         # instruction; x86 has no unsigned one below AVX-512), exact below 2**53.
         digit = builder.lshr(output, ir.Constant(ir.IntType(64), 11))
         if as_float:
             digit = builder.sitofp(digit, ir.DoubleType())
-        words = context.make_tuple(builder, _WORDS, [high, low])
         return context.make_tuple(builder, signature.return_type, [digit, words])
 
     return sig, codegen
@@ -222,6 +229,39 @@ def held_digit(typingctx, rng, state):
 def held_int_digit(typingctx, rng, state):
     """(digit, next state): :func:`held_digit`'s digit as an int64."""
     return _held_draw(rng, state, types.int64)
+
+
+@intrinsic
+def held_word(typingctx, rng, state):
+    """(word, next state): the whole 64-bit output word (uint64) of the draw
+    :func:`held_digit` would make, whose top 53 bits are that digit.
+
+    A stream's word is PCG64's output. Any other source gives a word of 64
+    independent uniform bits, drawn once: a numpy ``Generator``'s
+    ``next_uint64`` (for PCG64, PCG64DXSM, Philox and SFC64 the word whose
+    top 53 bits ``random()`` returns: the same digit, the same state after;
+    ``Generator.integers(0, 2**64, dtype=np.uint64)`` in Python, which the
+    twins call), a keyed source's ``next_word()`` (whose top 53 bits are its
+    ``random()``). The word's low 11 bits are independent of its top 53: a
+    kernel may spend them on a decision of its own (the rounding coin of
+    :func:`~._sampling.sample_rows`) and the digit on another.
+    """
+    sig = types.Tuple((types.uint64, state))(rng, state)
+    if rng != stream_type:
+        if isinstance(rng, types.NumPyRandomGeneratorType):
+            def impl(rng, state):
+                return next_uint64(rng.bit_generator), state
+        else:
+            def impl(rng, state):
+                return rng.next_word(), state
+        return sig, lambda context, builder, sig, args: _other_source(
+            context, builder, sig, args, impl)
+
+    def codegen(context, builder, signature, args):
+        output, words = _held_step(context, builder, signature, args)
+        return context.make_tuple(builder, signature.return_type, [output, words])
+
+    return sig, codegen
 
 
 class _PCG64StreamType(types.StructRef):

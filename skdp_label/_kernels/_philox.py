@@ -113,6 +113,11 @@ class KeyedRows(structref.StructRefProxy):
         """A uniform double in [0, 1) from the next 53 bits, as numpy does."""
         return _call_random(self)
 
+    def next_word(self):
+        """The next 64-bit word of the current row's stream (``random()``'s
+        digit is its top 53 bits)."""
+        return _call_next_word(self)
+
     def random_rows(self, n):
         """One uniform for each of the first ``n`` rows (a sampling step)."""
         return _call_random_rows(self, n)
@@ -200,6 +205,11 @@ def _call_begin_row(rows, i):
 @numba.njit(cache=True, nogil=True)
 def _call_random(rows):
     return rows.random()
+
+
+@numba.njit(cache=True, nogil=True)
+def _call_next_word(rows):
+    return rows.next_word()
 
 
 @numba.njit(cache=True, nogil=True)

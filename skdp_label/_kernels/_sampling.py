@@ -29,7 +29,7 @@ import numpy as np
 from ._philox import begin_row
 from ._interval import interval_cell
 from ._intrinsics import float_bits, opaque, prefetch
-from ._pcg64 import held_digit, held_int_digit, hold, release
+from ._pcg64 import held_digit, held_int_digit, held_word, hold, release
 from ._twin import MAX_DRAWS, kernel_for, would_compile
 
 _DIGIT = 2.0**53  # one digit = the 53 random bits of rng.random()
@@ -1167,6 +1167,10 @@ _NO_TABLES = (
 
 
 _EMPTY_F = np.zeros(0)
+# The rounding coin's first digit: the low bits of the row's draw's word.
+_COIN_BITS = 11
+_COIN_UNIT = 2.0**_COIN_BITS
+_COIN_MASK = 2**_COIN_BITS - 1
 # Labels per block of the two-pass alias draw (buffers of 16 bytes a label):
 # enough loads in flight, buffers and prefetched lines well inside L1.
 _BLOCK = 256
@@ -1190,11 +1194,23 @@ def arithmetic_neighbours(v, a, inv_step, step, last, k):
     return lo, a + lo * step, (a + (lo + 1.0) * step if lo < top else last)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def rounding_probability(offset, gap):
+    """The probability of rounding a label ``offset`` above its lower grid
+    neighbour up to the upper one, ``gap`` above it: the float
+    ``offset / gap``, in [0, 1] (``0 <= offset <= gap``, and rounding is
+    monotone), 0 for an empty gap (repeated grid values). The kernel draws
+    the coin with exactly this probability."""
+    return offset / gap if gap > 0.0 else 0.0
+
+
 @numba.njit(cache=True, nogil=True)
-def _arithmetic_rounding(y, start, stop, par, last, k, lo_at, gap_at, off_at):
+def _arithmetic_rounding(y, start, stop, par, last, k, lo_at, t_at):
     """The rounding pass of :func:`_discrete_rows_kernel` over one block on
-    an arithmetic grid. A function of its own (called once a block): inside
-    the kernel, its vectorised loop slowed the kernel's other paths."""
+    an arithmetic grid: each label's lower neighbour and its probability t of
+    rounding up, times 2**11 (exact: the coin's scale). A function of its own
+    (called once a block): inside the kernel, its vectorised loop slowed the
+    kernel's other paths."""
     a, inv_step, step = par[0], par[1], par[2]
     # Unsigned indices: numba adds no negative-index wraparound, which kept
     # the loop from loading and storing whole vectors.
@@ -1206,8 +1222,7 @@ def _arithmetic_rounding(y, start, stop, par, last, k, lo_at, gap_at, off_at):
         # doubles converts to int32 in one instruction, to int64 only lane by
         # lane below AVX-512 (a fifth of the pass).
         lo_at[j] = np.int64(np.int32(lo))
-        gap_at[j] = v_hi - v_lo
-        off_at[j] = v - v_lo + 0.0  # + 0.0: see the kernel
+        t_at[j] = rounding_probability(v - v_lo, v_hi - v_lo) * _COIN_UNIT
 
 
 @numba.njit(cache=True, nogil=True)
@@ -1246,8 +1261,11 @@ def _discrete_rows_kernel(rows_from, draw_by):
         """Every finite-output sampler.
 
         The row of label i is ``codes[i]`` or the unbiased randomized
-        rounding of ``y[i]`` onto the grid ``values`` (one uniform;
-        ``lower``/``par`` from :func:`rounding_grid`). The output index is
+        rounding of ``y[i]`` onto the grid ``values`` (``lower``/``par`` from
+        :func:`rounding_grid`; up with probability exactly the float t of
+        :func:`rounding_probability`, by a coin on the low 11 bits of the
+        word whose top 53 bits are the row's draw digit, see
+        docs/sampling.md). The output index is
         drawn by k-ary randomized response (constants ``rr`` of
         :func:`rr_constants`), or from the row's alias table with the exact
         tail (:func:`categorical_tables`). ``out[i] = outputs[j]``. The
@@ -1279,18 +1297,22 @@ def _discrete_rows_kernel(rows_from, draw_by):
         cell_at = ibuf[0]  # cell's offset in flat, or -1 - output (tail)
         frac_bits = ibuf[1]  # bit pattern of the label's fraction in its cell
         n = out.shape[0]
-        lo_at = ibuf[2]  # rounding: lower neighbour,
-        gap_at = fbuf[0]  # its gap to the upper one,
-        off_at = fbuf[1]  # and the label's offset from it
+        lo_at = ibuf[2]  # rounding: lower neighbour (or piece),
+        # and the probability t of going up (to the piece's right end); on a
+        # grid t 2**11 (a multiply taken out of the draw loop)
+        t_at = fbuf[1]
         # The generator's state is held in registers (_pcg64.hold): a store to
         # the block buffers or the output would otherwise force a reload of it
         # from memory between draws. Released into rng around each helper that
         # draws from rng itself (the rare paths) and at the end.
+        if rows_from == "grid" and k == 1:  # one point: no rounding pass, t = 0 (down)
+            lo_at[:] = 0
+            t_at[:] = 0.0
         s = hold(rng)
         for start in range(0, n, _BLOCK):
             stop = min(start + _BLOCK, n)
             if rows_from == "pieces":
-                _piece_positions(y, start, stop, values, right, par, lo_at, off_at)
+                _piece_positions(y, start, stop, values, right, par, lo_at, t_at)
             elif rows_from == "codes" and nearest:  # nearest_indices' rows, a block at a time
                 _nearest_arithmetic(
                     y[start:stop], par[0], par[1], par[2], values[k - 1], k, lo_at[: stop - start]
@@ -1301,9 +1323,9 @@ def _discrete_rows_kernel(rows_from, draw_by):
                 # The neighbours first, in a pass without randomness (a chain of
                 # dependent loads the CPU overlaps across labels).
                 if n_buckets == 0:
-                    # An arithmetic grid (rounding_grid): the same neighbours,
-                    # gaps and offsets as the bucket lookup below, bit for bit.
-                    _arithmetic_rounding(y, start, stop, par, values[k - 1], k, lo_at, gap_at, off_at)
+                    # An arithmetic grid (rounding_grid): the same neighbours and
+                    # probabilities as the bucket lookup below, bit for bit.
+                    _arithmetic_rounding(y, start, stop, par, values[k - 1], k, lo_at, t_at)
                 else:
                     for i in range(start, stop):
                         v = min(max(y[i], values[0]), values[k - 1])
@@ -1316,33 +1338,37 @@ def _discrete_rows_kernel(rows_from, draw_by):
                         if lo > k - 2:
                             lo = k - 2
                         lo_at[i - start] = lo
-                        gap_at[i - start] = values[lo + 1] - values[lo]
-                        # + 0.0: a label -0.0 at a grid start 0.0 leaves -0.0, whose bit
-                        # pattern is negative (the mask below compares patterns).
-                        off_at[i - start] = v - values[lo] + 0.0
+                        t_at[i - start] = rounding_probability(
+                            v - values[lo], values[lo + 1] - values[lo]) * _COIN_UNIT
             for i in range(start, stop):
                 begin_row(rng, i)  # keyed releases: row i reads its own stream
                 if rows_from == "codes":
                     row = lo_at[i - start] if nearest else codes[i]
-                elif rows_from == "pieces":
-                    # The piece's right end (row 2 p + 1) when u < t: as bits.
-                    u, s = held_digit(rng, s)
-                    u *= 1.0 / _DIGIT  # rng.random(), exactly
-                    row = 2 * lo_at[i - start] - (
-                        (float_bits(u) - float_bits(off_at[i - start])) >> 63
-                    )
-                elif k == 1:
-                    row = 0
+                    digit, s = held_int_digit(rng, s)
                 else:
-                    # Up when u (v_h - v_l) < v - v_l: both >= 0, compared as bits
-                    # (branch-free: the outcome is a coin flip).
-                    u, s = held_digit(rng, s)
-                    u *= 1.0 / _DIGIT  # rng.random(), exactly
-                    row = lo_at[i - start] - (
-                        (float_bits(u * gap_at[i - start]) - float_bits(off_at[i - start])) >> 63
-                    )
+                    # One word: its top 53 bits are the row's draw's digit (the
+                    # digit rng.random() gives), its low 11 bits the first binary
+                    # digits b of the rounding coin's uniform, independent of them.
+                    word, s = held_word(rng, s)
+                    digit = np.int64(word >> np.uint64(11))
+                    # Up (the upper neighbour, the piece's right end 2 p + 1) with
+                    # probability exactly t: b < m = floor(t 2**11) up, b > m down,
+                    # b = m (probability 2**-11) an exact Bernoulli of the fraction
+                    # t 2**11 - m (exact in float64) on fresh digits, the state
+                    # released around it. Branch-free but for the tie: the outcome
+                    # is a coin flip. (The grid's pass stores t 2**11 already.)
+                    scaled = t_at[i - start] * (_COIN_UNIT if rows_from == "pieces" else 1.0)
+                    m = np.int64(scaled)
+                    b = np.int64(word & np.uint64(_COIN_MASK))
+                    row = lo_at[i - start] * (2 if rows_from == "pieces" else 1)
+                    if b == m:
+                        release(rng, s)
+                        row += np.int64(bernoulli_exact(scaled - m, rng))
+                        s = hold(rng)
+                    else:
+                        row -= (b - m) >> 63
                 if draw_by == "rr":
-                    d, s = held_digit(rng, s)
+                    d = float(digit)
                     j = rr_code_common(row, n_classes, d, rr_limit, rr_m)
                     if _rr_rare(d, rr_qd, rr_limit):
                         release(rng, s)
@@ -1353,7 +1379,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
                     # A two-level matrix (_interval.py): the digit's position in
                     # the shared cells (their lookup in the second pass below).
                     r = np.uint64(row)
-                    d, s = held_int_digit(rng, s)
+                    d = digit
                     j = -1
                     if d >= iv_top:  # maybe the row's exact tail, the top qd digits (rare)
                         flip = _DIGIT_INT - 1 - d  # a digit: U < q read on it, a tie read on
@@ -1375,7 +1401,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
                     # adds no negative-index wraparound to their loads.
                     r = np.uint64(row)
                     qd = heads[r, 0]
-                    d, s = held_digit(rng, s)
+                    d = float(digit)
                     tail = -1
                     if d <= qd:  # the tail (rare), exactly; a tie d = qd reads on
                         release(rng, s)
@@ -1387,11 +1413,15 @@ def _discrete_rows_kernel(rows_from, draw_by):
                         cell_at[i - start] = -1 - tail
                     else:  # the same digit, uniform on the bulk's share, picks a cell
                         w = (d - qd) * heads[r, 2]  # >= 0
-                        c = min(np.int64(w), np.int64(heads[r, 3]))  # w < K, up to rounding
+                        # The cell: floor(w) (w < K, up to rounding), at most the last
+                        # cell; clamped as a float, converted once (the same c and
+                        # fraction as min(int64(w), last): one conversion fewer).
+                        cf = np.floor(min(w, heads[r, 3]))
+                        c = np.int64(cf)
                         at = r * u_width + np.uint64(2 * c)
                         prefetch(flat, at)
                         cell_at[i - start] = np.int64(at)
-                        frac_bits[i - start] = float_bits(w - c)  # w - c >= 0
+                        frac_bits[i - start] = float_bits(w - cf)  # >= 0
             if draw_by == "tables":
                 for i in range(start, stop):
                     at = cell_at[i - start]
@@ -1556,8 +1586,9 @@ def sample_rows(rng, outputs, *, codes=None, y=None, grid=None, pieces=None, nea
     y, pieces : ndarray, tuple
         Labels on ``pieces = (left, right)`` (with ``tables``): the row of a
         label in piece ``p`` is ``2 p + 1`` (the right end) with probability
-        ``t``, its position in the piece, else ``2 p``; one uniform, then the
-        row's draw, label by label (as :func:`piece_rows` then the codes).
+        ``t``, its position in the piece, else ``2 p``, by the rounding
+        coin (exactly t) on the low bits of the row's draw's word, label by
+        label (the rows of :func:`piece_rows`' law, not its digits).
     tables : tuple, optional
         :func:`categorical_tables` of the matrix; or
     rr : ndarray, optional

@@ -11,8 +11,10 @@ rebound to pure-Python equivalents:
 * :func:`~._philox.begin_row` -> what its overload does (nothing for a numpy
   ``Generator``, ``rng.begin_row(i)`` otherwise);
 * the held state of :mod:`._pcg64` (``hold``, ``held_digit``,
-  ``held_int_digit``, ``release``) -> draws from ``rng`` itself, as those
-  intrinsics do for any source but a stream;
+  ``held_int_digit``, ``held_word``, ``release``) -> draws from ``rng``
+  itself, as those intrinsics do for any source but a stream (a word: PCG64's
+  ``random_raw()``, the stream's output; another bit generator's
+  ``next_uint64``, as the compiled kernel reads it);
 * the intrinsics -> :func:`~._intrinsics.prefetch` does nothing,
   :func:`~._intrinsics.float_bits` is the IEEE-754 bit pattern (a Python
   int: the kernels only subtract patterns of non-negative floats, which
@@ -47,7 +49,8 @@ from numba.core.dispatcher import Dispatcher
 from numba.core.extending import _Intrinsic
 
 from ._intrinsics import float_bits, opaque, prefetch
-from ._pcg64 import call_with_stream, held_digit, held_int_digit, hold, inlinable, release
+from ._pcg64 import (call_with_stream, held_digit, held_int_digit, held_word, hold, inlinable,
+                     release)
 from ._philox import begin_row
 
 __all__ = ["twin", "kernel_for", "call_exact", "would_compile", "MAX_DRAWS", "MAX_LABELS",
@@ -97,6 +100,18 @@ def _held_digit(rng, state):
 
 def _held_int_digit(rng, state):
     return int(rng.random() * 9007199254740992.0), state
+
+
+def _held_word(rng, state):
+    # The compiled kernel's word (_pcg64.held_word): PCG64's output (through a
+    # stream), a Generator's next_uint64, a keyed source's next word.
+    if isinstance(rng, np.random.Generator):
+        bit_generator = rng.bit_generator
+        if type(bit_generator) is np.random.PCG64:
+            return bit_generator.random_raw(), state  # PCG64's next_raw is next_uint64 (faster)
+        # numpy draws a full-range uint64 by one next_uint64 of the bit generator
+        return int(rng.integers(0, 2**64, dtype=np.uint64)), state
+    return int(rng.next_word()), state
 
 
 def _release(rng, state):
@@ -160,7 +175,7 @@ class _Numpy:
 
 _GLOBALS = {id(begin_row): _begin_row, id(prefetch): _prefetch, id(float_bits): _float_bits,
             id(opaque): _opaque, id(np): _Numpy(), id(hold): _hold, id(held_digit): _held_digit,
-            id(held_int_digit): _held_int_digit, id(release): _release}
+            id(held_int_digit): _held_int_digit, id(held_word): _held_word, id(release): _release}
 _TWINS = {}
 _INTERPRETED = {}  # kernel -> units of work its twin has done in this process
 _IN_CACHE = {}  # kernel -> whether the numba cache held its code at its first call

@@ -144,8 +144,8 @@ class _QuantizationBase(BaseDiscreteMechanism):
 
     def _randomize_column(self, y, rng):
         # The distribution inside a piece is (1 - t) row_a + t row_b: pick the
-        # end with one uniform, then sample its row with another, label by
-        # label in one pass (no row array).
+        # end by a coin of probability t, then sample its row, label by label
+        # in one pass (no row array), one word a label (docs/sampling.md).
         pieces = (self._pieces.left, self._pieces.right)
         return sample_rows(rng, self.output_values_, y=y, pieces=pieces, tables=self._tables())
 

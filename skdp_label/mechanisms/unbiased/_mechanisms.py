@@ -102,9 +102,10 @@ class _UnbiasedRoundingMixin:
         return randomized_rounding_indices(values, y, uniforms(rng, y.shape[0]))
 
     def _randomize_column(self, y, rng):
-        # Unbiased randomized rounding (001 §3), one uniform per label from
-        # the release's generator (E[grid value] = y for y inside the grid),
-        # then the grid value's row of the matrix: one fused pass.
+        # Unbiased randomized rounding (001 §3) (E[grid value] = y for y inside
+        # the grid), then the grid value's row of the matrix: one fused pass,
+        # one word of the release's generator per label (the coin and the
+        # draw: docs/sampling.md).
         grid = rounding_grid(self.input_values_)
         interval = self._interval_tables()
         if interval is not None:  # a two-level matrix: tables shared by all rows
