@@ -333,3 +333,21 @@ def test_keyed_release_accepts_the_splits_fit_accepts(mechanism):
     finally:
         assert acc.spent_epsilon in (0.0, pytest.approx(float(mechanism().epsilon)))
     assert release.epsilon_split_["labels"] < 1e-7
+
+
+def test_study_refuses_an_epsilon_its_dp_constant_could_not_build_before_spending():
+    # Held: the study's epsilon-DP constant spends epsilon and then builds the noisy
+    # mean at law_epsilon(epsilon), which refuses below MIN_SHARE_EPSILON (a spend then
+    # a failure). The study validates every epsilon (>= MIN_EPSILON) before any fit.
+    from sklearn.linear_model import Ridge
+
+    from skdp_label import LabelDPRegressor
+    from skdp_label.study import privacy_utility_study
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(80, 2)), rng.uniform(0, 1, 80)
+    acc = BudgetAccountant()
+    with pytest.raises(ValueError, match="epsilons must be"):
+        privacy_utility_study(LabelDPRegressor(Ridge(), bounds=(0, 1)), X, y, mechanisms=["laplace"],
+                              epsilons=[1.0, 3e-8], seeds=[0], accountant=acc, progress=False)
+    assert acc.spent_epsilon == 0.0
