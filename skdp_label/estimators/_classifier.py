@@ -21,7 +21,13 @@ from sklearn.utils.validation import _check_method_params, check_is_fitted, colu
 from .._accountant import BudgetAccountant
 from ..mechanisms._base import BaseLabelMechanism
 from ..mechanisms._registry import make_mechanism
-from ..mechanisms._validation import EpsilonInterval, NumberInterval, check_classes, encode_classes
+from ..mechanisms._validation import (
+    MIN_EPSILON,
+    EpsilonInterval,
+    NumberInterval,
+    check_classes,
+    encode_classes,
+)
 from ..mechanisms.classic._randomized_response import RandomizedResponse
 from ..mechanisms.classification._rr_top_k import RRTopK, RRWithPrior
 from ..mechanisms.classification._solver import temper, top_k_order
@@ -467,6 +473,16 @@ class LabelDPClassifier(ClassifierMixin, BaseLabelDPEstimator):
                 raise ValueError(
                     f"prior_epsilon={public_repr(self.prior_epsilon)} must be less than "
                     f"epsilon={public_repr(self.epsilon)}."
+                )
+            if not float(self.epsilon) - float(eps_prior) >= MIN_EPSILON:
+                # Else the labels' mechanism refuses its epsilon, naming a budget the
+                # caller never gave.
+                raise ValueError(
+                    f"{type(self).__name__}: epsilon={public_repr(self.epsilon)} less the "
+                    f"prior's {float(eps_prior):.3g} leaves the labels "
+                    f"{float(self.epsilon) - float(eps_prior):.3g}, below {MIN_EPSILON:g}, the "
+                    "smallest epsilon a mechanism takes; use prior='uniform', a smaller "
+                    "prior_epsilon or a larger epsilon."
                 )
         return {"mechanism": self.mechanism, "prior": self.prior,
                 "prior_epsilon": float(eps_prior), "n_stages": int(self.n_stages)}

@@ -45,7 +45,7 @@ from ..utils._random import (
     release_generator,
 )
 from ..utils._repr import PrivacyReprMixin, format_number
-from ._validation import NUMPY_BELOW, EpsilonInterval, labels_within, law_epsilon
+from ._validation import NUMPY_BELOW, EpsilonInterval, labels_within, law_epsilon, rr_law_epsilon
 
 __all__ = ["BaseLabelMechanism", "BaseDiscreteMechanism", "OUT_OF_BOUNDS_CONSTRAINT", "OUT_OF_BOUNDS_DOC"]
 
@@ -93,6 +93,17 @@ def _canonical(value):
 def _equal_arrays(a, b):
     nan = a.dtype.kind in "fc" and b.dtype.kind in "fc"
     return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=nan)
+
+
+def _parameter_arrays(values):
+    """The numpy arrays among parameter values (and in their tuples and lists)."""
+    found = []
+    for value in values:
+        if isinstance(value, np.ndarray):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(_parameter_arrays(value))
+    return found
 
 
 def _same_fitted(bound, now):
@@ -214,7 +225,17 @@ class BaseLabelMechanism(
         Bernoulli draws a law whose parameter (randomized response's flip
         probability, from a rounded e^-epsilon) is a rounded float."""
         epsilon = float(self.epsilon) if epsilon is None else float(epsilon)
-        return law_epsilon(epsilon, what=f"{type(self).__name__}: the labels' epsilon")
+        what = f"{type(self).__name__}: the labels' epsilon"
+        n_classes = self._randomized_response_size()
+        if n_classes is None:
+            return law_epsilon(epsilon, what=what)
+        return rr_law_epsilon(epsilon, n_classes, what=what)
+
+    def _randomized_response_size(self):
+        """Number of outputs of a randomized response (k-ary RR, RR-Top-k,
+        debiased RR), whose flip probability's rounding grows with it
+        (``rr_law_epsilon``); None for the other laws."""
+        return None
 
     def _release_cost(self):
         """(epsilon, delta) one label costs in ``transform``."""
@@ -287,12 +308,20 @@ class BaseLabelMechanism(
         :meth:`_check_unchanged_since_fit` compares with: arrays by identity
         (made read-only, so an in-place edit raises), scalars and tuples by
         value, other objects by identity. The release counts
-        (``_USAGE_ATTRIBUTES``) are left out."""
+        (``_USAGE_ATTRIBUTES``) are left out. An array that shares memory with
+        a parameter's (``classes`` kept as given) is bound as a copy: the
+        caller's own array stays writable (an edit of it changes the
+        parameter, which the signature refuses)."""
+        params = _parameter_arrays(self.get_params(deep=False).values())
+        copies = {}  # attributes that were one array stay one array
         state = {}
-        for name, value in vars(self).items():
+        for name, value in list(vars(self).items()):
             if name.startswith("_") or not name.endswith("_") or name in _USAGE_ATTRIBUTES:
                 continue
             if isinstance(value, np.ndarray):
+                if any(np.may_share_memory(value, p) for p in params):
+                    value = copies.setdefault(id(value), value.copy())
+                    setattr(self, name, value)
                 value.setflags(write=False)
             state[name] = value
         return state

@@ -379,6 +379,10 @@ class AutoRegression(BasePriorMechanism):
             # (epsilon >= 2 of them), and a smaller mean share is not spent at all.
             eps_mean = min(mean_share_rule(epsilon, int(n_labels), lost) * epsilon,
                            epsilon - MIN_SHARE_EPSILON)
+            # The rest is computed as epsilon - eps_mean, which rounds: below
+            # MIN_SHARE_EPSILON for a third of the epsilons under 1e-6 (refused).
+            while eps_mean > 0 and epsilon - eps_mean < MIN_SHARE_EPSILON:
+                eps_mean = math.nextafter(eps_mean, 0.0)
             return eps_mean if eps_mean >= MIN_SHARE_EPSILON else 0.0
         eps_mean = float(self.mean_epsilon)
         if not epsilon - eps_mean >= MIN_SHARE_EPSILON:
@@ -418,6 +422,17 @@ class AutoRegression(BasePriorMechanism):
         # The candidates are mechanisms fitted at the labels' epsilon: each
         # builds its law at its own law_epsilon (the slack taken once, there).
         return float(self.epsilon) if epsilon is None else float(epsilon)
+
+    def _check_unchanged_since_fit(self):
+        super()._check_unchanged_since_fit()
+        # The chosen candidate samples (_randomize_column): its own parameters
+        # and fitted attributes are bound too, not only which object it is.
+        selected = vars(self).get("selected_mechanism_")
+        if selected is not None:
+            try:
+                selected._check_unchanged_since_fit()
+            except ValueError as exc:
+                raise ValueError(f"{type(self).__name__}.selected_mechanism_: {exc}") from None
 
     def _release_cost(self):
         # The same operations as budget_split's: the ledger adds up to epsilon.

@@ -93,6 +93,9 @@ class RandomizedResponse(BaseDiscreteMechanism):
     def _check_label_values(self, y):
         check_class_labels(y, check_classes(self.classes, owner=type(self).__name__))
 
+    def _randomized_response_size(self):
+        return len(self.classes)  # validated at fit, bound to it after
+
     def _fit_mechanism(self, y):
         classes = check_classes(self.classes)
         self.input_values_ = classes

@@ -81,6 +81,9 @@ class _BaseTopKMechanism(BaseDiscreteMechanism):
     def _check_label_values(self, y):
         check_class_labels(y, self._classes())
 
+    def _randomized_response_size(self):
+        return len(self.classes)  # validated at fit, bound to it after; k <= classes
+
     def _encode_labels(self, y):
         return encode_classes(y, self.input_values_)
 

@@ -400,6 +400,10 @@ class DebiasedRR(_UnbiasedRoundingMixin, BaseDiscreteMechanism):
         self.resolution = resolution
         self.grid_size = grid_size
 
+    def _randomized_response_size(self):
+        grid = vars(self).get("input_values_")  # the fitted grid, else the one fit builds
+        return len(self._grid() if grid is None else grid)
+
     def _fit_mechanism(self, y):
         values = self._grid()
         self.input_values_ = values
