@@ -126,7 +126,7 @@ def _direct_path(case):
 
 
 @pytest.mark.parametrize("case", [31, 69, 98])
-def test_stalled_path_goes_to_the_merged_solves_at_no_loss(case, monkeypatch):
+def test_stalled_path_goes_to_the_merged_solves_at_a_small_loss(case, monkeypatch):
     # Clustered labels (1e-10 to 1e-6 of the range apart): the interior point
     # stops with the rows and means violated (stall detected) and nothing can
     # be read off it; the solver then neither resumes it nor prices more rays

@@ -194,6 +194,13 @@ class RROnBins(BasePriorMechanism):
                 )
         return values, probs
 
+    def _randomized_response_size(self):
+        # k-ary RR over the bins, at most one a domain value: the domain's size
+        # bounds the flip probability's rounding (rr_law_epsilon). Set before
+        # the law's epsilon is taken (BasePriorMechanism._fit_mechanism).
+        values = vars(self).get("input_values_")
+        return None if values is None else len(values)
+
     def _build_mechanism(self, prior_values, prior_probabilities, epsilon):
         bin_values, bin_map, _ = optimal_bins(prior_values, prior_probabilities, epsilon, self.loss)
         self.output_values_ = bin_values
