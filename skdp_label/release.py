@@ -256,9 +256,13 @@ def law_digest(mechanism: BaseLabelMechanism) -> str:
     numeric arrays by dtype, shape and bytes, arrays of text or objects by
     shape and items, scalars by type and ``repr``. Those are public inputs
     and charged noisy statistics only, never labels, key material or
-    generator state. Two fits with the same digest computed the same
-    mechanism, whatever the library versions or machine (the samplers' code
-    and their private tables derived from it are not hashed). A keyed release
+    generator state. It also hashes what the samplers read beside that state:
+    a randomized response's law epsilon and flip probability (computed by
+    library code, so another version can round them otherwise) and the
+    private attributes fit binds for the samplers. Two fits with the same
+    digest computed the same mechanism, whatever the library versions or
+    machine (the samplers' code and the tables it packs from those are not
+    hashed). A keyed release
     records the digest at its first fit, and a retry whose refit gives
     another one is refused (docs/labels_party.md).
 
@@ -307,6 +311,39 @@ def _hash_law(h, mechanism):
     # array does); the fitted state exactly.
     _hash_value(h, _jsonable(_public_params(mechanism)))
     _hash_value(h, dict(state))
+    _hash_sampled_parameters(h, mechanism)
+
+
+# Private attributes fit binds and the samplers read directly (not through a public
+# fitted attribute): RR-on-Bins' flip probability, RR-Top-k's top set, RP-with-prior's
+# grid window and law epsilon, a quantizer's rows.
+_SAMPLED_PRIVATE = ("_flip_probability", "_in_top", "_u1", "_u2", "_w", "_eps_labels", "_rows")
+
+
+def _hash_sampled_parameters(h, mechanism):
+    """Hash what the samplers read besides the public fitted state.
+
+    A randomized response (k-ary RR, RR-Top-k, debiased RR) builds its matrix on
+    access or samples its flip probability from the law epsilon computed now
+    (``_law_epsilon``, whose rounding is library code): another library version
+    rounding it otherwise samples another law from the same public state, so the
+    law epsilon and flip probability are hashed, as are the private attributes
+    the samplers read (``_SAMPLED_PRIVATE``). Mechanisms with neither hash
+    nothing here (their digests are unchanged)."""
+    from ._kernels._sampling import rr_flip_probability
+
+    own = vars(mechanism)
+    private = {name: own[name] for name in _SAMPLED_PRIVATE if name in own}
+    pieces = own.get("_pieces")
+    if pieces is not None:
+        private["_pieces"] = (pieces.left, pieces.right)
+    n_classes = mechanism._randomized_response_size()
+    if n_classes is not None:
+        epsilon = float(mechanism._law_epsilon())
+        private["rr"] = (int(n_classes), epsilon, float(rr_flip_probability(n_classes, epsilon)))
+    if private:
+        _hash_token(h, b"P", b"")
+        _hash_value(h, private)
 
 
 def _hash_token(h, tag, payload):

@@ -1,0 +1,110 @@
+"""Adversarial review of retry5 (a keyed retry's law digest) and coin5 (the rounding
+coin from the draw word's spare bits), as merged. Each test is an attack; the ones that
+broke the merge are fixed alongside."""
+
+import numpy as np
+import pytest
+
+from skdp_label import BudgetAccountant
+from skdp_label.mechanisms import (
+    DebiasedRR,
+    RandomizedResponse,
+    RROnBins,
+    RRTopK,
+)
+from skdp_label.mechanisms import _base
+from skdp_label.release import law_digest, privatize
+
+REFUSED = r"(?s)first fitted to another law"
+N = 600
+
+
+def _classes_labels(n=N):
+    return np.random.default_rng(0).integers(0, 5, size=n)
+
+
+# Mechanisms whose sampler reads a law epsilon or flip probability that no public fitted
+# attribute holds (built on access, or private): another library version computing
+# another one (as rr_law_epsilon's rounding changed in fb60853) samples another law.
+RR_FAMILY = {
+    "rr": (lambda: RandomizedResponse(1.0, classes=np.arange(5)), _classes_labels),
+    "rr-top-k": (lambda: RRTopK(1.0, classes=np.arange(5), prior=np.arange(1.0, 6.0)),
+                 _classes_labels),
+    "debiased-rr": (lambda: DebiasedRR(1.0, bounds=(0, 4), resolution=1.0),
+                    lambda: _classes_labels().astype(float)),
+    "rr-on-bins": (lambda: RROnBins(1.0, bounds=(0, 4), resolution=1.0,
+                                    prior=(np.arange(5.0), np.full(5, 0.2))),
+                   lambda: _classes_labels().astype(float)),
+}
+
+
+def _another_rr_rounding(monkeypatch, shrink=0.9):
+    """Another library version: the randomized responses' law epsilon rounds lower
+    (still epsilon-DP, another law)."""
+    rr_law = _base.rr_law_epsilon
+    monkeypatch.setattr(_base, "rr_law_epsilon",
+                        lambda epsilon, n, **kw: shrink * rr_law(epsilon, n, **kw))
+
+
+@pytest.mark.parametrize("case", sorted(RR_FAMILY))
+def test_a_retry_whose_rr_law_epsilon_differs_is_refused(case, key, tmp_path, monkeypatch):
+    make, labels = RR_FAMILY[case]
+    y = labels()
+    acc = BudgetAccountant(10, ledger=tmp_path / "budget.jsonl")
+    first, release = privatize(y, make(), key, "r1", accountant=acc)
+    recorded = (tmp_path / "budget.jsonl").read_bytes()
+    with monkeypatch.context() as m:
+        _another_rr_rounding(m)
+        refit = make().fit(y)
+        assert law_digest(refit) != release.law_digest_  # the digest sees the sampled law
+        with pytest.raises(ValueError, match=REFUSED):
+            privatize(y, make(), key, "r1", accountant=acc)
+    assert (tmp_path / "budget.jsonl").read_bytes() == recorded
+    again, _ = privatize(y, make(), key, "r1", accountant=acc)
+    np.testing.assert_array_equal(again, first)
+
+
+# -- coin5: the rounding coin from the draw word's low 11 bits ---------------------------
+
+from conftest import force_kernels  # noqa: E402
+from skdp_label._kernels._sampling import categorical_tables, rounding_grid, sample_rows  # noqa: E402
+
+SOURCES = {
+    "pcg64": lambda s: np.random.Generator(np.random.PCG64(s)),
+    "pcg64dxsm": lambda s: np.random.Generator(np.random.PCG64DXSM(s)),
+    "mt19937": lambda s: np.random.Generator(np.random.MT19937(s)),
+    "philox": lambda s: np.random.Generator(np.random.Philox(s)),
+    "sfc64": lambda s: np.random.Generator(np.random.SFC64(s)),
+}
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
+@pytest.mark.parametrize("arithmetic", [True, False])
+def test_labels_on_the_grid_never_move_and_twin_matches_kernel(source, arithmetic, monkeypatch):
+    # t = 0 (a grid point: down, even on a tie b = m = 0, whose exact Bernoulli of 0
+    # reads no digit) and t = 1 (the last point: up from k - 2): an identity matrix
+    # returns every label; labels between points land on a neighbour. Twin and
+    # compiled kernel read the same words on every source and leave it in one state.
+    values = np.array([0.0, 0.5, 1.0, 1.5, 2.0]) if arithmetic else np.array(
+        [0.0, 0.3, 1.0, 1.7, 2.0])
+    grid = rounding_grid(values, arithmetic=arithmetic)
+    tables = categorical_tables(np.eye(values.size))
+    on = np.tile(values, 4000)
+    between = np.random.default_rng(1).uniform(0, 2, 20000)
+    runs = []
+    for use_twin in (False, True):
+        with monkeypatch.context() as m:
+            force_kernels(m, use_twin)
+            rng = SOURCES[source](5)
+            a = sample_rows(rng, values, y=on, grid=grid, tables=tables)
+            b = sample_rows(rng, values, y=between, grid=grid, tables=tables)
+            runs.append((a, b, rng.random()))
+    a, b, after = runs[0]
+    np.testing.assert_array_equal(a, on)
+    lo = values[np.searchsorted(values, between, side="right") - 1]
+    hi = values[np.minimum(np.searchsorted(values, between, side="right"), values.size - 1)]
+    assert np.all((b == lo) | (b == hi))
+    for twin_a, twin_b, twin_after in runs[1:]:
+        np.testing.assert_array_equal(twin_a, a)
+        np.testing.assert_array_equal(twin_b, b)
+        assert twin_after == after
