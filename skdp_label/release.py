@@ -361,7 +361,12 @@ def _hash_value(h, value):
             for item in value.ravel().tolist():
                 _hash_value(h, item)
         else:  # little-endian bytes whatever the machine's order
-            a = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
+            dtype = value.dtype.newbyteorder("<")
+            if dtype.kind in "iu":
+                # Integers by value (as the fingerprint takes them): int32 classes
+                # (numpy 1's default on Windows) sample what int64 ones do.
+                dtype = np.dtype(dtype.kind + "8").newbyteorder("<")
+            a = np.ascontiguousarray(value, dtype=dtype)
             _hash_token(h, b"A", a.dtype.str.encode() + b"|" + shape)
             _hash_token(h, b"B", a.tobytes())
     elif isinstance(value, np.generic):  # np.float64(x) samples what x does

@@ -2,6 +2,9 @@
 coin from the draw word's spare bits), as merged. Each test is an attack; the ones that
 broke the merge are fixed alongside."""
 
+import json
+import pickle
+
 import numpy as np
 import pytest
 
@@ -12,8 +15,8 @@ from skdp_label.mechanisms import (
     RROnBins,
     RRTopK,
 )
-from skdp_label.mechanisms import _base
-from skdp_label.release import law_digest, privatize
+from skdp_label.mechanisms import _base, make_mechanism, mechanism_names
+from skdp_label.release import law_digest, mechanism_from_manifest, privatize
 
 REFUSED = r"(?s)first fitted to another law"
 N = 600
@@ -62,6 +65,43 @@ def test_a_retry_whose_rr_law_epsilon_differs_is_refused(case, key, tmp_path, mo
     assert (tmp_path / "budget.jsonl").read_bytes() == recorded
     again, _ = privatize(y, make(), key, "r1", accountant=acc)
     np.testing.assert_array_equal(again, first)
+
+
+
+@pytest.mark.parametrize("name", mechanism_names())
+def test_the_platform_rebuild_and_a_pickle_have_the_law_digest(name, key, tmp_path):
+    # The digest now hashes private sampler attributes and the law epsilon: the
+    # manifest's rebuild and a worker's unpickled copy (packed caches left out) must
+    # still hash to the recorded digest (no false refusal of a worker or the platform).
+    if name in mechanism_names("classification"):
+        mech = make_mechanism(name, epsilon=1.0, classes=np.arange(5))
+        y = _classes_labels()
+    else:
+        mech = make_mechanism(name, epsilon=1.0, bounds=(0.0, 4.0))
+        y = _classes_labels().astype(float)
+    _, release = privatize(y, mech, key, "r1")
+    manifest = json.loads(json.dumps(release.manifest()))
+    assert law_digest(mechanism_from_manifest(manifest)) == release.law_digest_
+    assert law_digest(pickle.loads(pickle.dumps(release.fitted_))) == release.law_digest_
+
+
+def test_integer_classes_of_another_width_are_the_same_law(key, tmp_path):
+    # The fingerprint takes classes by value, so the retry is the same release; the
+    # digest hashed int32 classes (numpy 1's default integer on Windows) apart from
+    # int64 ones and refused it as "another environment".
+    y = _classes_labels()
+    acc = BudgetAccountant(10, ledger=tmp_path / "budget.jsonl")
+    first, _ = privatize(y, RandomizedResponse(1.0, classes=np.arange(5)), key, "r1",
+                         accountant=acc)
+    for classes in (np.arange(5, dtype=np.int32), np.arange(5).astype(">i8")):
+        again, retry = privatize(y, RandomizedResponse(1.0, classes=classes), key, "r1",
+                                 accountant=acc)
+        np.testing.assert_array_equal(again, first)
+        assert not retry.charged_
+    assert acc.spent_epsilon == pytest.approx(1.0)
+    # Values still count: other classes are another law.
+    assert law_digest(RandomizedResponse(1.0, classes=np.arange(1, 6)).fit(y + 1)) != \
+        law_digest(RandomizedResponse(1.0, classes=np.arange(5)).fit(y))
 
 
 # -- coin5: the rounding coin from the draw word's low 11 bits ---------------------------
