@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from skdp_label import BudgetAccountant
+from skdp_label._accountant import LedgerUnavailableError
 from skdp_label.mechanisms import (
     DebiasedRR,
+    OptimalUnbiased,
     RandomizedResponse,
     RROnBins,
     RRTopK,
@@ -102,6 +104,39 @@ def test_integer_classes_of_another_width_are_the_same_law(key, tmp_path):
     # Values still count: other classes are another law.
     assert law_digest(RandomizedResponse(1.0, classes=np.arange(1, 6)).fit(y + 1)) != \
         law_digest(RandomizedResponse(1.0, classes=np.arange(5)).fit(y))
+
+
+
+def _public_unbiased():
+    return OptimalUnbiased(1.0, bounds=(0, 4), prior=(np.arange(5.0), np.full(5, 0.2)))
+
+
+@pytest.mark.parametrize("how", ["law on a second release record", "law record then another"])
+def test_a_ledger_with_two_laws_for_one_release_fails_closed(how, key, tmp_path):
+    # The accountant writes one law an id. A ledger holding two (edited, or merged from
+    # two files) parsed, and a retry was checked against the first only: it must fail
+    # closed, as any damaged ledger does.
+    ledger = tmp_path / "budget.jsonl"
+    y = _classes_labels().astype(float)
+    privatize(y, _public_unbiased(), key, "r1", accountant=BudgetAccountant(10, ledger=ledger))
+    lines = ledger.read_text().splitlines()
+    release = json.loads(lines[-1])
+    other = dict(release, release_law="0" * 64)
+    if how == "law record then another":
+        law = release.pop("release_law")
+        lines[-1] = json.dumps(release)
+        lines.append(json.dumps({"record": "release_law", "release_id": "r1",
+                                 "release_fingerprint": release["release_fingerprint"],
+                                 "release_law": law}))
+    lines.append(json.dumps(other))
+    ledger.write_text("\n".join(lines) + "\n")
+    with pytest.raises(LedgerUnavailableError, match="malformed"):
+        BudgetAccountant(10, ledger=ledger)
+    # The same record again (its own law) is not a second law: still readable.
+    lines[-1] = json.dumps(dict(other, release_law=law if how != "law on a second release record"
+                                else json.loads(lines[-2])["release_law"]))
+    ledger.write_text("\n".join(lines) + "\n")
+    BudgetAccountant(10, ledger=ledger)
 
 
 # -- coin5: the rounding coin from the draw word's low 11 bits ---------------------------
