@@ -212,3 +212,26 @@ def test_keyed_rounding_rows_are_the_same_under_any_batch_split(make, key, monke
     # Rows keyed by position: a permutation of the batch moves each row's output with it.
     order = rng.permutation(n)
     np.testing.assert_array_equal(release.randomize(y[order], order), whole[order])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: DebiasedRR(1.0, bounds=(0, 4), resolution=0.5, out_of_bounds="clip"),
+    lambda: RandomizedQuantization(1.0, bounds=(0.0, 4.0), out_of_bounds="clip"),
+], ids=["grid", "pieces"])
+def test_keyed_rounding_refuses_non_finite_labels_and_signed_zero_is_zero(make, key):
+    # NaN and infinities would reach the coin as t = NaN (int64(NaN) is undefined):
+    # validation stops them, even with clipping; -0.0 at a grid start 0.0 (t = -0.0,
+    # the tie's exact Bernoulli of -0.0: never up) samples exactly what 0.0 does.
+    n = 4000
+    release = KeyedRelease(make(), key, "edges")
+    release.fit(n)
+    for bad in (np.nan, np.inf, -np.inf):
+        y = np.full(n, 1.0)
+        y[n // 2] = bad
+        with pytest.raises(ValueError, match="NaN or infinite"):
+            release.randomize(y, np.arange(n))
+    rows = np.arange(n)
+    np.testing.assert_array_equal(release.randomize(np.full(n, -0.0), rows),
+                                  release.randomize(np.zeros(n), rows))
+    np.testing.assert_array_equal(release.randomize(np.full(n, 1e308), rows),
+                                  release.randomize(np.full(n, 4.0), rows))
