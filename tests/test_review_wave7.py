@@ -235,3 +235,20 @@ def test_keyed_rounding_refuses_non_finite_labels_and_signed_zero_is_zero(make, 
                                   release.randomize(np.zeros(n), rows))
     np.testing.assert_array_equal(release.randomize(np.full(n, 1e308), rows),
                                   release.randomize(np.full(n, 4.0), rows))
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
+def test_which_sources_word_carries_random_digit(source):
+    # docs/sampling.md: the word's top 53 bits are random()'s digit on PCG64, PCG64DXSM,
+    # Philox and SFC64, not on MT19937 (next_uint64 joins two 32-bit outputs; random()
+    # takes 27 and 26 bits of two). Either way the word is one next_uint64 (the twin's
+    # integers(0, 2**64) reads exactly one) of 64 uniform bits.
+    words = SOURCES[source](11).integers(0, 2**64, size=64, dtype=np.uint64, endpoint=False)
+    digits = (SOURCES[source](11).random(64) * 2.0**53).astype(np.uint64)
+    same = np.array_equal(words >> np.uint64(11), digits)
+    assert same == (source != "mt19937")
+    if source == "mt19937":
+        # random()'s digit of two 32-bit outputs a, b: (a >> 5) 2**26 + (b >> 6).
+        a, b = words >> np.uint64(32), words & np.uint64(2**32 - 1)
+        np.testing.assert_array_equal(
+            (a >> np.uint64(5)) * np.uint64(2**26) + (b >> np.uint64(6)), digits)
