@@ -288,8 +288,12 @@ def _received_law(fitted):
     """:func:`law_digest` of ``fitted``, hashed once per bound state in this process."""
     fitted._check_unchanged_since_fit()
     state = getattr(fitted, "_fit_state", None)
+    # The private sampler parameters are hashed on every call (a few scalars and small
+    # arrays, which fit leaves writable): an edit of one is never served a stale digest.
+    private = hashlib.sha256()
+    _hash_sampled_parameters(private, fitted)
     bound = (id(state), fitted._public_signature(),
-             tuple((k, id(v)) for k, v in (state or {}).items()))
+             tuple((k, id(v)) for k, v in (state or {}).items()), private.digest())
     try:
         cached = _RECEIVED_LAWS.get(fitted)
     except TypeError:  # not weakly referable: hash every time

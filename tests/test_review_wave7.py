@@ -252,3 +252,23 @@ def test_which_sources_word_carries_random_digit(source):
         a, b = words >> np.uint64(32), words & np.uint64(2**32 - 1)
         np.testing.assert_array_equal(
             (a >> np.uint64(5)) * np.uint64(2**26) + (b >> np.uint64(6)), digits)
+
+
+
+@pytest.mark.parametrize("edit", ["flip probability", "quantizer rows"])
+def test_a_worker_does_not_serve_a_stale_digest_after_a_private_edit(edit, key):
+    # A worker hashes a broadcast mechanism once per bound state (_received_law); the
+    # private sampler parameters are not in the bound state, and an in-place edit of a
+    # private array keeps its id: the digest must be recomputed, and the edit refused.
+    y = _classes_labels().astype(float)
+    make = RR_FAMILY["rr-on-bins"][0] if edit == "flip probability" else (
+        lambda: RandomizedQuantization(1.0, bounds=(0.0, 4.0)))
+    _, release = privatize(y, make(), key, "r1")
+    fitted, law = release.fitted_, release.law_digest_
+    KeyedRelease.for_workers(fitted, key, "r1", law=law)  # cached
+    if edit == "flip probability":
+        fitted._flip_probability = fitted._flip_probability / 2
+    else:
+        fitted._rows[[0, 1]] = fitted._rows[[1, 0]]  # same id, another law
+    with pytest.raises(ValueError, match="this worker received"):
+        KeyedRelease.for_workers(fitted, key, "r1", law=law)
