@@ -279,8 +279,9 @@ def law_digest(mechanism: BaseLabelMechanism) -> str:
 
 # Digests of the fitted mechanisms this process received (a Dask worker gets the broadcast
 # mechanism once and randomizes many partitions with it), with the parameters and bound
-# state they were computed from: reused while the parameters are equal and the state is
-# the same objects (fitted arrays are bound by identity and read-only), else recomputed.
+# state they were computed from: reused while the parameters are equal, the state is
+# the same objects (fitted arrays are bound by identity and read-only) and the private
+# sampler parameters hash alike, else recomputed.
 _RECEIVED_LAWS = weakref.WeakKeyDictionary()
 
 
