@@ -297,6 +297,10 @@ def _parse_ledger(data, path):
                 raise ValueError("bad n_labels")
             if not isinstance(description, str) or not (group is None or isinstance(group, str)):
                 raise ValueError("bad description or group")
+            if law is not None and _recorded_law(entries, release_id) not in (None, law):
+                # The accountant records one law an id: two are a damaged ledger, and
+                # a retry checked against either could sample the other's noise.
+                raise ValueError("a second law for a release")
             entries.append(
                 LedgerEntry(
                     description,

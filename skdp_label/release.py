@@ -256,9 +256,13 @@ def law_digest(mechanism: BaseLabelMechanism) -> str:
     numeric arrays by dtype, shape and bytes, arrays of text or objects by
     shape and items, scalars by type and ``repr``. Those are public inputs
     and charged noisy statistics only, never labels, key material or
-    generator state. Two fits with the same digest computed the same
-    mechanism, whatever the library versions or machine (the samplers' code
-    and their private tables derived from it are not hashed). A keyed release
+    generator state. It also hashes what the samplers read beside that state:
+    a randomized response's law epsilon and flip probability (computed by
+    library code, so another version can round them otherwise) and the
+    private attributes fit binds for the samplers. Two fits with the same
+    digest computed the same mechanism, whatever the library versions or
+    machine (the samplers' code and the tables it packs from those are not
+    hashed). A keyed release
     records the digest at its first fit, and a retry whose refit gives
     another one is refused (docs/labels_party.md).
 
@@ -275,8 +279,9 @@ def law_digest(mechanism: BaseLabelMechanism) -> str:
 
 # Digests of the fitted mechanisms this process received (a Dask worker gets the broadcast
 # mechanism once and randomizes many partitions with it), with the parameters and bound
-# state they were computed from: reused while the parameters are equal and the state is
-# the same objects (fitted arrays are bound by identity and read-only), else recomputed.
+# state they were computed from: reused while the parameters are equal, the state is
+# the same objects (fitted arrays are bound by identity and read-only) and the private
+# sampler parameters hash alike, else recomputed.
 _RECEIVED_LAWS = weakref.WeakKeyDictionary()
 
 
@@ -284,8 +289,12 @@ def _received_law(fitted):
     """:func:`law_digest` of ``fitted``, hashed once per bound state in this process."""
     fitted._check_unchanged_since_fit()
     state = getattr(fitted, "_fit_state", None)
+    # The private sampler parameters are hashed on every call (a few scalars and small
+    # arrays, which fit leaves writable): an edit of one is never served a stale digest.
+    private = hashlib.sha256()
+    _hash_sampled_parameters(private, fitted)
     bound = (id(state), fitted._public_signature(),
-             tuple((k, id(v)) for k, v in (state or {}).items()))
+             tuple((k, id(v)) for k, v in (state or {}).items()), private.digest())
     try:
         cached = _RECEIVED_LAWS.get(fitted)
     except TypeError:  # not weakly referable: hash every time
@@ -307,6 +316,39 @@ def _hash_law(h, mechanism):
     # array does); the fitted state exactly.
     _hash_value(h, _jsonable(_public_params(mechanism)))
     _hash_value(h, dict(state))
+    _hash_sampled_parameters(h, mechanism)
+
+
+# Private attributes fit binds and the samplers read directly (not through a public
+# fitted attribute): RR-on-Bins' flip probability, RR-Top-k's top set, RP-with-prior's
+# grid window and law epsilon, a quantizer's rows.
+_SAMPLED_PRIVATE = ("_flip_probability", "_in_top", "_u1", "_u2", "_w", "_eps_labels", "_rows")
+
+
+def _hash_sampled_parameters(h, mechanism):
+    """Hash what the samplers read besides the public fitted state.
+
+    A randomized response (k-ary RR, RR-Top-k, debiased RR) builds its matrix on
+    access or samples its flip probability from the law epsilon computed now
+    (``_law_epsilon``, whose rounding is library code): another library version
+    rounding it otherwise samples another law from the same public state, so the
+    law epsilon and flip probability are hashed, as are the private attributes
+    the samplers read (``_SAMPLED_PRIVATE``). Mechanisms with neither hash
+    nothing here (their digests are unchanged)."""
+    from ._kernels._sampling import rr_flip_probability
+
+    own = vars(mechanism)
+    private = {name: own[name] for name in _SAMPLED_PRIVATE if name in own}
+    pieces = own.get("_pieces")
+    if pieces is not None:
+        private["_pieces"] = (pieces.left, pieces.right)
+    n_classes = mechanism._randomized_response_size()
+    if n_classes is not None:
+        epsilon = float(mechanism._law_epsilon())
+        private["rr"] = (int(n_classes), epsilon, float(rr_flip_probability(n_classes, epsilon)))
+    if private:
+        _hash_token(h, b"P", b"")
+        _hash_value(h, private)
 
 
 def _hash_token(h, tag, payload):
@@ -324,7 +366,12 @@ def _hash_value(h, value):
             for item in value.ravel().tolist():
                 _hash_value(h, item)
         else:  # little-endian bytes whatever the machine's order
-            a = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
+            dtype = value.dtype.newbyteorder("<")
+            if dtype.kind in "iu":
+                # Integers by value (as the fingerprint takes them): int32 classes
+                # (numpy 1's default on Windows) sample what int64 ones do.
+                dtype = np.dtype(dtype.kind + "8").newbyteorder("<")
+            a = np.ascontiguousarray(value, dtype=dtype)
             _hash_token(h, b"A", a.dtype.str.encode() + b"|" + shape)
             _hash_token(h, b"B", a.tobytes())
     elif isinstance(value, np.generic):  # np.float64(x) samples what x does

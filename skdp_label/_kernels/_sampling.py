@@ -1347,8 +1347,9 @@ def _discrete_rows_kernel(rows_from, draw_by):
                     digit, s = held_int_digit(rng, s)
                 else:
                     # One word: its top 53 bits are the row's draw's digit (the
-                    # digit rng.random() gives), its low 11 bits the first binary
-                    # digits b of the rounding coin's uniform, independent of them.
+                    # digit rng.random() gives, but on MT19937), its low 11 bits the
+                    # first binary digits b of the rounding coin's uniform,
+                    # independent of them.
                     word, s = held_word(rng, s)
                     digit = np.int64(word >> np.uint64(11))
                     # Up (the upper neighbour, the piece's right end 2 p + 1) with
