@@ -144,7 +144,7 @@ def _rows_args(key, n, y, outputs, grid, right, rr, tables, codes=S._EMPTY_I):
         out = np.empty(n)
         heads, cells, *groups = tables
         return (codes, y, *grid, right, rr, rng, outputs, out, np.empty((3, S._BLOCK), np.int64),
-                np.empty((2, S._BLOCK)), heads, cells.reshape(-1), 2 * cells.shape[1],
+                np.empty((1, S._BLOCK)), heads, cells.reshape(-1), 2 * cells.shape[1],
                 *groups), out
 
     return kernel, args_for

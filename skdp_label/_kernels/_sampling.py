@@ -1300,7 +1300,7 @@ def _discrete_rows_kernel(rows_from, draw_by):
         lo_at = ibuf[2]  # rounding: lower neighbour (or piece),
         # and the probability t of going up (to the piece's right end); on a
         # grid t 2**11 (a multiply taken out of the draw loop)
-        t_at = fbuf[1]
+        t_at = fbuf[0]
         # The generator's state is held in registers (_pcg64.hold): a store to
         # the block buffers or the output would otherwise force a reload of it
         # from memory between draws. Released into rng around each helper that
@@ -1650,7 +1650,7 @@ def _rows_args(codes, y, grid, right, rr, rng, outputs, out, tables):
     heads, cells, *groups = tables
     width = 2 * cells.shape[1] if cells.ndim == 3 else 0  # (interval tables: flat already)
     return (codes, y, *grid, right, rr, rng, outputs, out, np.empty((3, _BLOCK), dtype=np.int64),
-            np.empty((2, _BLOCK)), heads, cells.reshape(-1), width, *groups)
+            np.empty((1, _BLOCK)), heads, cells.reshape(-1), width, *groups)
 
 
 def nearest_rows_compiled():

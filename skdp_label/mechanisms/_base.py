@@ -487,9 +487,9 @@ class BaseLabelMechanism(
             self.accountant.check(eps * n_columns, delta * n_columns)
         self._fit_signature = None
         self.__dict__.pop("charges_", None)  # charges_ lists this fit's charges, then its releases
+        self._fit_state = None
         # A seeded mechanism's noise is replayed from its seed: its fit must
         # give the same distribution on any machine (no time budget decides).
-        self._fit_state = None
         with reproducible_fits(self.random_state is not None):
             self._fit_mechanism(y2d)
         self._fit_signature = self._public_signature()
@@ -642,8 +642,8 @@ class BaseDiscreteMechanism(BaseLabelMechanism):
 
     def _tables_of_matrix(self, attribute, build):
         """``build(transition_matrix_)``, kept in ``attribute`` (one of
-        ``_PACKED_CACHES``) and rebuilt whenever the matrix changes (a refit,
-        or the attribute set by hand: never stale tables of another matrix)."""
+        ``_PACKED_CACHES``) and rebuilt whenever the matrix is another (a refit;
+        a matrix set by hand is refused before this, by the fit's binding)."""
         matrix = self._sampled_matrix()
         cached = getattr(self, attribute, None)
         if cached is None or not (cached[0] is matrix or np.array_equal(cached[0], matrix)):
